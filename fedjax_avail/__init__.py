@@ -1,0 +1,29 @@
+"""fedjax_avail: a JAX federated-learning simulator for intermittent client availability.
+
+All N clients live on a leading array axis; a round is a pure function, a run is a compiled
+``lax.scan`` over rounds. See ``README.md`` and ``DESIGN.md`` for the architecture.
+"""
+
+from fedjax_avail import algorithms, availability, cohort, data, selection, tasks
+from fedjax_avail.data import FederatedData
+from fedjax_avail.engine import DivergenceError, Result, simulate
+from fedjax_avail.history import History
+from fedjax_avail.tasks import Task
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DivergenceError",
+    "FederatedData",
+    "History",
+    "Result",
+    "Task",
+    "__version__",
+    "algorithms",
+    "availability",
+    "cohort",
+    "data",
+    "selection",
+    "simulate",
+    "tasks",
+]

@@ -1,0 +1,55 @@
+"""What every algorithm shares: the round's inputs, the protocol, and hyperparameter checks."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Protocol
+
+import jax
+
+from fedjax_avail.local import Problem
+
+Metrics = dict[str, jax.Array]
+
+
+class RoundInput(NamedTuple):
+    """Per-round inputs the engine hands an algorithm."""
+
+    round: jax.Array  # [] int32, r = 0, 1, ...
+    available: jax.Array  # [N] bool, availability step r
+    key: jax.Array  # PRNG key of round r
+
+
+class Algorithm(Protocol):
+    """A frozen dataclass of hyperparameters with pure ``init`` and ``round``.
+
+    ``state.params`` must hold the global model pytree.
+    """
+
+    def validate(self, num_clients: int) -> None: ...
+
+    def init(self, params: Any, num_clients: int) -> Any: ...
+
+    def round(self, state: Any, inputs: RoundInput, problem: Problem) -> tuple[Any, Metrics]: ...
+
+
+def check_local_training(
+    clients_per_round: int, local_steps: int, batch_size: int, lr: float, lr_name: str
+) -> None:
+    """Raises ValueError naming the first hyperparameter outside its allowed range."""
+    for name, value in (
+        ("clients_per_round", clients_per_round),
+        ("local_steps", local_steps),
+        ("batch_size", batch_size),
+    ):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if not lr > 0:
+        raise ValueError(f"{lr_name} must be > 0, got {lr!r}")
+
+
+def check_cohort_fits(clients_per_round: int, num_clients: int) -> None:
+    if clients_per_round > num_clients:
+        raise ValueError(
+            f"clients_per_round must be in [1, num_clients={num_clients}], "
+            f"got {clients_per_round}"
+        )

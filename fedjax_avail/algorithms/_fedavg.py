@@ -1,0 +1,141 @@
+"""FedAvg (McMahan et al. 2017) and its variants FedSGD, FedProx and FedAdam.
+
+The baselines of FedLaAvg's experiments (P:L359-367): K clients chosen uniformly at random among
+the available ones train C local SGD steps from the global model; the server averages the deltas
+of *this round's* participants only and steps along the average.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_avail import cohort as cohort_lib
+from fedjax_avail import selection, server
+from fedjax_avail.algorithms._base import (
+    Metrics,
+    RoundInput,
+    check_cohort_fits,
+    check_local_training,
+)
+from fedjax_avail.local import Problem, local_sgd
+
+
+class FedAvgState(NamedTuple):
+    params: Any  # global model pytree, P parameters
+    opt_state: Any  # server optimizer state
+
+
+@dataclasses.dataclass(frozen=True)
+class FedAvg:
+    """Federated averaging over the round's participants.
+
+    Round r: ``B^r <-`` K clients uniform among the available ones; each trains
+    ``u_k = x_k^C - x`` (:func:`fedjax_avail.local.local_sgd`); the server steps
+    ``x <- x + server_lr * sum_k w_k u_k / sum_k w_k`` (an optax SGD step on ``-mean``; with
+    ``server_optimizer="adam"`` an Adam step, FedAdam).
+
+    Args:
+      clients_per_round: K, >= 1 and <= N.
+      local_steps: C, >= 1 (1 gives FedSGD).
+      batch_size: B, >= 1.
+      client_lr: local SGD step size, > 0.
+      server_lr: server step size, > 0.
+      weighting: ``"uniform"`` (w_k = 1, the default: FedLaAvg's "naively uses the average",
+        P:L363) or ``"data_size"`` (w_k = n_k, McMahan et al.).
+      mu: FedProx proximal coefficient, >= 0 (0 is FedAvg).
+      server_optimizer: ``"sgd"`` or ``"adam"`` (:func:`fedjax_avail.server.server_optimizer`).
+
+    Example:
+      >>> alg = FedAvg(clients_per_round=10, local_steps=10, batch_size=5, client_lr=0.01)
+    """
+
+    clients_per_round: int
+    local_steps: int = 10
+    batch_size: int = 5
+    client_lr: float = 0.01
+    server_lr: float = 1.0
+    weighting: str = "uniform"
+    mu: float = 0.0
+    server_optimizer: str = "sgd"
+
+    def __post_init__(self):
+        check_local_training(
+            self.clients_per_round, self.local_steps, self.batch_size, self.client_lr, "client_lr"
+        )
+        if not self.server_lr > 0:
+            raise ValueError(f"server_lr must be > 0, got {self.server_lr!r}")
+        if self.weighting not in ("uniform", "data_size"):
+            raise ValueError(f"weighting must be 'uniform' or 'data_size', got {self.weighting!r}")
+        if not self.mu >= 0:
+            raise ValueError(f"mu must be >= 0, got {self.mu!r}")
+        self._optimizer()  # validates server_optimizer
+
+    def _optimizer(self):
+        return server.server_optimizer(self.server_optimizer, self.server_lr)
+
+    def validate(self, num_clients: int) -> None:
+        check_cohort_fits(self.clients_per_round, num_clients)
+
+    def init(self, params: Any, num_clients: int) -> FedAvgState:
+        del num_clients
+        return FedAvgState(params=params, opt_state=self._optimizer().init(params))
+
+    def round(
+        self, state: FedAvgState, inputs: RoundInput, problem: Problem
+    ) -> tuple[FedAvgState, Metrics]:
+        select_key, train_key = jax.random.split(inputs.key)
+        cohort, valid = selection.uniform(select_key, inputs.available, self.clients_per_round)
+        deltas = local_sgd(
+            problem,
+            state.params,
+            cohort,
+            train_key,
+            steps=self.local_steps,
+            batch_size=self.batch_size,
+            lr=self.client_lr,
+            mu=self.mu,
+        )
+        counts = cohort_lib.gather(problem.data.counts, cohort)
+        weights = valid * (counts if self.weighting == "data_size" else 1.0)
+        delta = cohort_lib.masked_mean(deltas, weights.astype(jnp.float32))
+        params, opt_state = server.apply_delta(
+            self._optimizer(), state.params, state.opt_state, delta
+        )
+        return FedAvgState(params, opt_state), {"num_selected": jnp.sum(valid)}
+
+
+@dataclasses.dataclass(frozen=True)
+class FedSGD(FedAvg):
+    """FedAvg with one local step (FedLaAvg P:L363: "a special case of FedAvg")."""
+
+    local_steps: int = 1
+
+    def __post_init__(self):
+        if self.local_steps != 1:
+            raise ValueError(f"FedSGD has local_steps=1, got {self.local_steps}; use FedAvg")
+        super().__post_init__()
+
+
+@dataclasses.dataclass(frozen=True)
+class FedProx(FedAvg):
+    """FedAvg with the proximal term ``(mu/2)||x_k - x||^2`` (Li et al. 2020).
+
+    ``mu`` defaults to 1.0, FedLaAvg's MNIST setting (P:L365); ``mu=0`` is exactly FedAvg.
+    """
+
+    mu: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class FedAdam(FedAvg):
+    """FedAvg with Adam as the server optimizer (Reddi et al. 2021; FedLaAvg supplement S:L297).
+
+    ``server_lr`` defaults to 0.01, Adam's b1=0.9, b2=0.99, eps=1e-3 (Reddi et al. Sec. 5).
+    """
+
+    server_lr: float = 0.01
+    server_optimizer: str = "adam"

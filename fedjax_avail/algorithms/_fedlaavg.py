@@ -1,0 +1,120 @@
+"""FedLaAvg: Federated Latest Averaging (Yan et al., arXiv 2002.07399, Algorithms 1 and 2)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_avail import cohort as cohort_lib
+from fedjax_avail import selection, server
+from fedjax_avail.algorithms._base import (
+    Metrics,
+    RoundInput,
+    check_cohort_fits,
+    check_local_training,
+)
+from fedjax_avail.local import Problem, flat_size, local_sgd
+
+
+class FedLaAvgState(NamedTuple):
+    params: Any  # global model pytree x, P parameters
+    opt_state: Any  # server optimizer state (SGD with server_lr)
+    latest: jax.Array  # [N, P] float32, u_i^{R_i}: each client's latest update (0 if never)
+    mean_update: jax.Array  # [P] float32, u^r = (1/N) sum_i latest[i]  (eq. 3 analogue)
+    last_round: jax.Array  # [N] int32, R_i: round of last participation, -1 if never
+
+
+@dataclasses.dataclass(frozen=True)
+class FedLaAvg:
+    """Selects the least recently participated clients and averages everyone's latest update.
+
+    Algorithm 2 of the paper (P:L283-302), rounds r = 0, 1, ...:
+
+    * L6: ``B^r <-`` the K available clients with the lowest ``R_i`` (ties: lower index; all of
+      them when fewer than K are available), :func:`fedjax_avail.selection.least_recent`;
+    * L7: ``R_i <- r`` for i in ``B^r``;
+    * L8: each i in ``B^r`` computes ``u_i^r = x_i^C - x`` by C local SGD steps;
+    * L9: ``u^r <- u^{r-1} + (1/N) sum_{i in B^r} (u_i^r - u_i^{R_i^{r-1}})``: the average over
+      **all N** clients of their latest updates, never-seen clients counting as zero;
+    * L10: ``x <- x + server_lr * u^r`` (the paper has server_lr = 1).
+
+    With ``local_steps=1`` this is Algorithm 1 (P:L138-151) with ``g_i = -u_i / client_lr``
+    (P:L300). The state keeps the ``[N, P]`` table of latest updates and updates the running mean
+    by the uploaded differences, exactly as the paper's server does (App. D, P:L853).
+
+    Args:
+      clients_per_round: K = beta N, >= 1 and <= N.
+      local_steps: C, >= 1.
+      batch_size: B, >= 1.
+      client_lr: gamma, > 0.
+      server_lr: step along u^r, > 0 (1 in the paper).
+
+    Example:
+      >>> alg = FedLaAvg(clients_per_round=100, local_steps=10, batch_size=5, client_lr=0.01)
+
+    References:
+      Yan, Niu, Ding, Zheng, Wu, Chen, Tang, Wu. "Distributed Non-Convex Optimization with
+      Sublinear Speedup under Intermittent Client Availability". arXiv:2002.07399.
+    """
+
+    clients_per_round: int
+    local_steps: int = 10
+    batch_size: int = 5
+    client_lr: float = 0.01
+    server_lr: float = 1.0
+
+    def __post_init__(self):
+        check_local_training(
+            self.clients_per_round, self.local_steps, self.batch_size, self.client_lr, "client_lr"
+        )
+        if not self.server_lr > 0:
+            raise ValueError(f"server_lr must be > 0, got {self.server_lr!r}")
+
+    def _optimizer(self):
+        return server.server_optimizer("sgd", self.server_lr)
+
+    def validate(self, num_clients: int) -> None:
+        check_cohort_fits(self.clients_per_round, num_clients)
+
+    def init(self, params: Any, num_clients: int) -> FedLaAvgState:
+        size = flat_size(params)
+        return FedLaAvgState(
+            params=params,
+            opt_state=self._optimizer().init(params),
+            latest=jnp.zeros((num_clients, size), jnp.float32),
+            mean_update=jnp.zeros((size,), jnp.float32),
+            last_round=jnp.full((num_clients,), -1, jnp.int32),
+        )
+
+    def round(
+        self, state: FedLaAvgState, inputs: RoundInput, problem: Problem
+    ) -> tuple[FedLaAvgState, Metrics]:
+        num_clients = state.last_round.shape[0]
+        cohort, valid = selection.least_recent(
+            state.last_round, inputs.available, self.clients_per_round
+        )  # L6
+        last_round = cohort_lib.scatter(
+            state.last_round, cohort, jnp.full(cohort.shape, inputs.round, jnp.int32), valid
+        )  # L7
+        updates = local_sgd(
+            problem,
+            state.params,
+            cohort,
+            jax.random.split(inputs.key)[1],  # the batch key FedAvg uses too
+            steps=self.local_steps,
+            batch_size=self.batch_size,
+            lr=self.client_lr,
+        )  # L8
+        change = jnp.where(valid[:, None], updates - cohort_lib.gather(state.latest, cohort), 0.0)
+        mean_update = state.mean_update + jnp.sum(change, axis=0) / num_clients  # L9
+        latest = cohort_lib.scatter(state.latest, cohort, updates, valid)
+        params, opt_state = server.apply_delta(
+            self._optimizer(), state.params, state.opt_state, mean_update
+        )  # L10
+        # r - R_i^r, never-seen clients having R_i = -1 (the paper's T_i^0 = 0, 1-based rounds).
+        staleness = jnp.max(inputs.round - last_round)
+        new_state = FedLaAvgState(params, opt_state, latest, mean_update, last_round)
+        return new_state, {"num_selected": jnp.sum(valid), "max_staleness": staleness}

@@ -1,0 +1,71 @@
+"""Deterministic cyclic availability: groups take turns (FedLaAvg's diurnal MNIST pattern)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_avail.availability._process import State
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Periodic:
+    """Groups of clients take turns: at step t, group ``(t // period) % G`` is available.
+
+    Args:
+      groups: ``[N]`` ints in ``0..G-1``, client i's group (G = ``max(groups) + 1``).
+      period: steps each group stays available, >= 1.
+
+    Example (FedLaAvg Fig. 2, D = 1, E = 100): ``Periodic(groups=(labels >= 1), period=100)``
+    makes the digit-0 clients available in rounds 0-99, the others in 100-199, and so on.
+    """
+
+    groups: np.ndarray
+    period: int
+
+    def __post_init__(self):
+        groups = np.asarray(self.groups)
+        if groups.ndim != 1 or groups.size == 0 or not np.issubdtype(groups.dtype, np.integer):
+            raise ValueError(f"groups must be a non-empty [N] integer vector, got {groups.dtype} "
+                             f"{groups.shape}")
+        if groups.min() < 0:
+            raise ValueError(f"groups must be >= 0, got min {groups.min()}")
+        if int(self.period) < 1:
+            raise ValueError(f"period must be >= 1, got {self.period}")
+
+    @property
+    def num_groups(self) -> int:
+        return int(np.max(self.groups)) + 1
+
+    def init(self, key: jax.Array, num_clients: int) -> State:
+        del key
+        if len(self.groups) != num_clients:
+            raise ValueError(f"groups has {len(self.groups)} entries but there are {num_clients} "
+                             "clients")
+        return jnp.asarray(self.groups, jnp.int32)
+
+    def step(self, state: State, t: jax.Array, key: jax.Array) -> tuple[State, jax.Array]:
+        del key
+        return state, state == (t // self.period) % self.num_groups
+
+
+def diurnal(labels: np.ndarray, D: int, E: int) -> Periodic:  # noqa: N803 (the paper's names)
+    """FedLaAvg's MNIST availability (Sec. 6.1.2, P:L373): two groups alternate every E rounds.
+
+    Clients holding digits ``< D`` are available for E rounds (starting at round 0), then the
+    remaining clients for the next E rounds; the period is 2E.
+
+    Args:
+      labels: ``[N]`` each client's label (``FederatedData.client_labels()``).
+      D: digits ``0..D-1`` form the first group; 1 <= D <= max(labels).
+      E: rounds per phase, >= 1.
+    """
+    labels = np.asarray(labels)
+    if not 1 <= D <= labels.max():
+        raise ValueError(f"D must be in [1, {labels.max()}] (both groups non-empty), got {D}")
+    if E < 1:
+        raise ValueError(f"E must be >= 1, got {E}")
+    return Periodic(groups=(labels >= D).astype(np.int32), period=int(E))

@@ -1,0 +1,32 @@
+"""Measures of a loss curve: oscillation amplitude and its dominant period."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedjax_avail.history import History
+
+
+def oscillation_amplitude(history: History, window: int, column: str = "train_loss") -> float:
+    """``max - min`` of ``column`` over the evaluations in the last ``window`` rounds."""
+    rounds, values = history["round"], history[column]
+    recent = values[rounds >= rounds[-1] - window]
+    return float(np.max(recent) - np.min(recent))
+
+
+def dominant_period(history: History, column: str = "train_loss", skip: int = 0) -> float:
+    """The period (in rounds) of the strongest Fourier component of a detrended curve.
+
+    Evaluations must be evenly spaced; the first ``skip`` rounds (the initial transient) are
+    dropped, and a linear trend is removed before the FFT.
+    """
+    rounds, values = history["round"], history[column]
+    keep = rounds >= skip
+    rounds, values = rounds[keep], values[keep]
+    spacing = float(np.median(np.diff(rounds)))
+    t = np.arange(len(values))
+    detrended = values - np.polyval(np.polyfit(t, values, 1), t)
+    power = np.abs(np.fft.rfft(detrended)) ** 2
+    freqs = np.fft.rfftfreq(len(values), d=spacing)
+    peak = 1 + int(np.argmax(power[1:]))
+    return float(1.0 / freqs[peak])

@@ -1,0 +1,68 @@
+"""The record of a run: one row of metrics per evaluation."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from fedjax_avail._io import atomic_write_text
+
+
+class History:
+    """Per-evaluation metrics: ``round`` (rounds completed), ``train_loss``, ``test_loss``, ...
+
+    Example:
+      >>> h = History([{"round": 0, "train_loss": 2.3}, {"round": 20, "train_loss": 1.1}])
+      >>> h["train_loss"].tolist(), h.columns
+      ([2.3, 1.1], ['round', 'train_loss'])
+    """
+
+    def __init__(self, rows: list[dict[str, float]] | None = None):
+        self.rows: list[dict[str, float]] = list(rows or [])
+
+    def append(self, row: dict[str, float]) -> None:
+        self.rows.append(dict(row))
+
+    @property
+    def columns(self) -> list[str]:
+        names: dict[str, None] = {}
+        for row in self.rows:
+            names.update(dict.fromkeys(row))
+        return list(names)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self) -> Iterator[dict[str, float]]:
+        return iter(self.rows)
+
+    def __getitem__(self, column: str) -> np.ndarray:
+        if column not in self.columns:
+            raise KeyError(f"no column {column!r}; columns are {self.columns}")
+        return np.asarray([row.get(column, math.nan) for row in self.rows])
+
+    def to_csv(self, path: str | Path | None = None) -> str:
+        """Writes the history as CSV (atomically, when a path is given) and returns the text."""
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=self.columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(self.rows)
+        text = out.getvalue()
+        if path is not None:
+            atomic_write_text(path, text)
+        return text
+
+    def to_pandas(self):
+        """The history as a ``pandas.DataFrame`` (needs pandas)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.rows, columns=self.columns)
+
+    def __repr__(self) -> str:
+        last = self.rows[-1] if self.rows else {}
+        return f"History({len(self)} rows, last={last})"

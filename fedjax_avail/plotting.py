@@ -1,0 +1,52 @@
+"""Figures laid out like the FedLaAvg paper's: training loss (Fig. 4) and test accuracy (Fig. 8)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from pathlib import Path
+
+from fedjax_avail._io import atomic_write_bytes
+from fedjax_avail.history import History
+
+
+def plot_histories(
+    histories: Mapping[str, History], path: str | Path | None = None, title: str = ""
+):
+    """Draws training loss (log scale) and, when recorded, test accuracy against rounds.
+
+    Args:
+      histories: algorithm name -> its :class:`History`.
+      path: where to write a PNG (atomically); None only returns the figure.
+      title: the figure's title.
+
+    Returns:
+      the matplotlib ``Figure``.
+    """
+    import matplotlib
+
+    if path is not None:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with_test = any("test_accuracy" in h.columns for h in histories.values())
+    fig, axes = plt.subplots(1, 2 if with_test else 1, figsize=(11 if with_test else 6, 4))
+    axes = axes if with_test else [axes]
+    for name, history in histories.items():
+        axes[0].plot(history["round"], history["train_loss"], label=name, lw=1.2)
+        if with_test and "test_accuracy" in history.columns:
+            axes[1].plot(history["round"], history["test_accuracy"], label=name, lw=1.2)
+    axes[0].set(xlabel="communication round", ylabel="training loss", yscale="log")
+    if with_test:
+        axes[1].set(xlabel="communication round", ylabel="test accuracy")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    if path is not None:
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=120)
+        atomic_write_bytes(path, buffer.getvalue())
+        plt.close(fig)
+    return fig

@@ -1,0 +1,29 @@
+"""Least-recently-participated selection (FedLaAvg, Algorithm 1 line 6 / Algorithm 2 line 6)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def least_recent(
+    last_round: jax.Array, available: jax.Array, k: int
+) -> tuple[jax.Array, jax.Array]:
+    """Picks the k available clients whose last participation is oldest.
+
+    ``B^r <- the K clients in C^r with the lowest R_i^{r-1}`` (FedLaAvg Alg. 2 L6, P:L290). Ties
+    go to the lower client index (the paper sorts the stamps, App. D P:L853, and leaves ties
+    open). When fewer than K clients are available, all of them are selected.
+
+    Args:
+      last_round: ``[N]`` int32 round of each client's last participation (-1 if never).
+      available: ``[N]`` bool.
+      k: cohort size K (static).
+
+    Returns:
+      ``(cohort, valid)`` as :func:`fedjax_avail.selection.uniform`.
+    """
+    never = jnp.iinfo(jnp.int32).max
+    # top_k returns the lower index first among equal values: that is the tie-break.
+    _, cohort = jax.lax.top_k(-jnp.where(available, last_round, never), k)
+    return cohort, available[cohort]

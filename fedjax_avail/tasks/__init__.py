@@ -1,0 +1,23 @@
+"""Tasks: model + loss + metrics as pure functions."""
+
+from fedjax_avail.tasks._models import (
+    MLP,
+    LeNet5,
+    LogisticRegression,
+    lenet5,
+    logistic_regression,
+    mlp,
+)
+from fedjax_avail.tasks._task import Task, classification, normalize_images
+
+__all__ = [
+    "MLP",
+    "LeNet5",
+    "LogisticRegression",
+    "Task",
+    "classification",
+    "lenet5",
+    "logistic_regression",
+    "mlp",
+    "normalize_images",
+]

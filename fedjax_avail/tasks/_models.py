@@ -1,0 +1,74 @@
+"""Flax models of the papers, each wrapped as a classification :class:`Task`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax.numpy as jnp
+from flax import linen as nn
+
+from fedjax_avail.tasks._task import Task, classification
+
+
+class LogisticRegression(nn.Module):
+    """Multinomial logistic regression (FedLaAvg's convex MNIST model, P:L337); zero init."""
+
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+        x = x.reshape((x.shape[0], -1))
+        return nn.Dense(self.num_classes, kernel_init=nn.initializers.zeros)(x)
+
+
+class MLP(nn.Module):
+    """ReLU multi-layer perceptron."""
+
+    hidden: Sequence[int]
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+        x = x.reshape((x.shape[0], -1))
+        for width in self.hidden:
+            x = nn.relu(nn.Dense(width)(x))
+        return nn.Dense(self.num_classes)(x)
+
+
+class LeNet5(nn.Module):
+    """LeNet-5 (LeCun et al. 1998) with ReLU and max pooling; inputs ``[B, H, W, C]``."""
+
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+        x = nn.max_pool(nn.relu(nn.Conv(6, (5, 5), padding="SAME")(x)), (2, 2), (2, 2))
+        x = nn.max_pool(nn.relu(nn.Conv(16, (5, 5), padding="VALID")(x)), (2, 2), (2, 2))
+        x = x.reshape((x.shape[0], -1))
+        x = nn.relu(nn.Dense(120)(x))
+        x = nn.relu(nn.Dense(84)(x))
+        return nn.Dense(self.num_classes)(x)
+
+
+def _positive(**kwargs: int) -> None:
+    for name, value in kwargs.items():
+        if int(value) < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def logistic_regression(num_features: int = 784, num_classes: int = 10) -> Task:
+    """Softmax regression on flattened uint8 inputs of ``num_features`` pixels."""
+    _positive(num_features=num_features, num_classes=num_classes)
+    return classification(LogisticRegression(num_classes), (num_features,))
+
+
+def mlp(num_features: int = 784, hidden: Sequence[int] = (200, 200), num_classes: int = 10) -> Task:
+    """A ReLU MLP on flattened uint8 inputs."""
+    _positive(num_features=num_features, num_classes=num_classes)
+    return classification(MLP(tuple(hidden), num_classes), (num_features,))
+
+
+def lenet5(input_shape: tuple[int, int, int] = (28, 28, 1), num_classes: int = 10) -> Task:
+    """LeNet-5 on uint8 images of ``input_shape`` (H, W, C)."""
+    _positive(num_classes=num_classes)
+    return classification(LeNet5(num_classes), tuple(input_shape))
