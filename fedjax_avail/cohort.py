@@ -56,7 +56,7 @@ def map_cohort(fn: Callable[..., Any], *args: Any, chunk: int | None = None) -> 
 
 def gather(client_array: ClientArray, cohort: CohortArray) -> CohortArray:
     """Rows of a client array for the cohort's client indices ``[K]``."""
-    return client_array[cohort]
+    return jnp.asarray(client_array)[cohort]
 
 
 def scatter(

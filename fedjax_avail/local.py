@@ -65,7 +65,7 @@ def local_sgd(
       ``[K, P]`` float32 deltas ``u_k = x_k^C - x``, flattened with ``ravel_pytree``.
     """
     x0, unravel = ravel_pytree(params)
-    data = problem.data
+    data = jax.tree.map(jnp.asarray, problem.data)
     offsets = cohort_lib.gather(data.offsets, clients)
     counts = cohort_lib.gather(data.counts, clients)
     rows = sample_rows(key, clients, offsets, counts, steps, batch_size)  # [K, C, B]

@@ -94,7 +94,7 @@ def load_mnist_tfds(data_dir: str | None = None, download: bool = True) -> tuple
     out = []
     for split in ("train", "test"):
         source = tfds.data_source("mnist", split=split, data_dir=data_dir, download=download)
-        rows = source.__getitems__(list(range(len(source))))
+        rows = [source[i] for i in range(len(source))]
         x = np.stack([np.asarray(r["image"], np.uint8).reshape(28, 28) for r in rows])
         y = np.asarray([r["label"] for r in rows], np.int32)
         out.append({"x": x, "y": y})

@@ -23,6 +23,7 @@ def least_recent(
     Returns:
       ``(cohort, valid)`` as :func:`fedjax_avail.selection.uniform`.
     """
+    available = jnp.asarray(available)
     never = jnp.iinfo(jnp.int32).max
     # top_k returns the lower index first among equal values: that is the tie-break.
     _, cohort = jax.lax.top_k(-jnp.where(available, last_round, never), k)

@@ -22,6 +22,7 @@ def uniform(key: jax.Array, available: jax.Array, k: int) -> tuple[jax.Array, ja
       padding slots when fewer than K clients are available (those slots hold unavailable
       clients and must not be used).
     """
+    available = jnp.asarray(available)
     scores = jnp.where(available, jax.random.uniform(key, available.shape), -1.0)
     _, cohort = jax.lax.top_k(scores, k)
     return cohort, available[cohort]

@@ -1,0 +1,136 @@
+"""Federated data layout, batch sampling, partitioners and loaders."""
+
+import numpy as np
+import pytest
+
+import fedjax_avail as fa
+
+
+def test_from_client_arrays_is_flat_with_offsets_and_counts():
+    clients = [{"x": np.full((n, 2), i), "y": np.full(n, i)} for i, n in enumerate([3, 1, 2])]
+    fd = fa.FederatedData.from_client_arrays(clients)
+    assert fd.num_clients == 3
+    assert fd.counts.tolist() == [3, 1, 2] and fd.offsets.tolist() == [0, 3, 4]
+    assert fd.arrays["x"].shape == (6, 2)  # no per-client padding
+    for i in range(3):
+        np.testing.assert_array_equal(fd.client(i)["y"], clients[i]["y"])
+
+
+def test_from_arrays_groups_by_client_id():
+    y = np.array([5, 6, 7, 8, 9])
+    fd = fa.FederatedData.from_arrays({"x": y * 10, "y": y}, np.array([2, 0, 2, 1, 0]))
+    assert fd.counts.tolist() == [2, 1, 2]
+    assert sorted(fd.client(0)["y"].tolist()) == [6, 9]
+    assert fd.client(1)["y"].tolist() == [8]
+    np.testing.assert_array_equal(fd.arrays["x"], fd.arrays["y"] * 10)
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: fa.FederatedData.from_arrays({"x": np.zeros(3)}, np.zeros(4, int)), "x"),
+        (lambda: fa.FederatedData.from_arrays({"x": np.zeros(3)}, np.array([0, 2, 2])),
+         "empty"),
+        (lambda: fa.FederatedData.from_client_arrays([{"x": np.zeros(2)}, {"x": np.zeros(0)}]),
+         "empty"),
+        (lambda: fa.FederatedData.from_client_arrays([{"x": np.zeros(2), "y": np.zeros(3)}]),
+         "length"),
+        (lambda: fa.data.iid(np.zeros((5, 2)), np.zeros(4), 2), "len\\(x\\)"),
+    ],
+)
+def test_bad_data_is_rejected_with_named_error(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_sample_rows_stay_in_each_client_and_are_uniform():
+    import jax
+
+    counts = np.array([1, 4, 10], np.int32)
+    offsets = np.array([0, 1, 5], np.int32)
+    clients = np.arange(3, dtype=np.int32)
+    rows = np.asarray(fa.data.sample_rows(jax.random.PRNGKey(0), clients, offsets, counts,
+                                          200, 50))
+    assert rows.shape == (3, 200, 50)
+    for k in range(3):
+        local = rows[k] - offsets[k]
+        assert local.min() >= 0 and local.max() < counts[k]
+        freq = np.bincount(local.ravel(), minlength=counts[k]) / local.size
+        # 10,000 draws per client: each frequency within 5 standard errors of 1/n.
+        se = np.sqrt((1 / counts[k]) * (1 - 1 / counts[k]) / local.size)
+        assert np.all(np.abs(freq - 1 / counts[k]) <= 5 * se + 1e-12)
+
+
+def test_a_clients_batches_do_not_depend_on_the_rest_of_the_cohort():
+    import jax
+
+    key = jax.random.PRNGKey(3)
+    a = fa.data.sample_rows(key, np.array([4, 7], np.int32), np.array([40, 70], np.int32),
+                            np.array([9, 9], np.int32), 3, 2)
+    b = fa.data.sample_rows(key, np.array([7], np.int32), np.array([70], np.int32),
+                            np.array([9], np.int32), 3, 2)
+    np.testing.assert_array_equal(a[1], b[0])
+
+
+def test_mnist_idx_files_are_the_standard_set(mnist):
+    train, test = mnist
+    assert train["x"].shape == (60000, 28, 28) and train["x"].dtype == np.uint8
+    assert test["x"].shape == (10000, 28, 28)
+    assert np.bincount(train["y"]).tolist() == [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265,
+                                                5851, 5949]
+    assert np.bincount(test["y"]).tolist() == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974,
+                                               1009]
+
+
+def test_missing_mnist_says_where_and_how(tmp_path):
+    with pytest.raises(FileNotFoundError, match=str(tmp_path.resolve())) as info:
+        fa.data.load_mnist(tmp_path)
+    assert "FEDJAX_AVAIL_MNIST_DIR" in str(info.value) and "load_mnist_tfds" in str(info.value)
+
+
+def test_mnist_through_tfds_on_mock_data():
+    tfds = pytest.importorskip("tensorflow_datasets")
+    with tfds.testing.mock_data(num_examples=12):
+        train, test = fa.data.load_mnist_tfds(download=False)
+    assert train["x"].shape == (12, 28, 28) and train["x"].dtype == np.uint8
+    assert train["y"].shape == (12,) and test["x"].shape[1:] == (28, 28)
+    assert train["y"].min() >= 0 and train["y"].max() <= 9
+
+
+def test_digits_are_uint8_and_split(digits):
+    train, test = digits
+    assert train["x"].dtype == np.uint8 and train["x"].shape[1:] == (8, 8)
+    assert len(train["y"]) + len(test["y"]) == 1797
+    assert train["x"].max() == 255
+
+
+def test_one_label_per_client_matches_fedlaavg_section_6(mnist):
+    train, _ = mnist
+    fd = fa.data.one_label_per_client(train["x"], train["y"], 1000, seed=0)
+    labels_per_client = [np.unique(fd.client(i)["y"]) for i in range(0, 1000, 37)]
+    assert all(len(u) == 1 for u in labels_per_client)
+    assert np.bincount(fd.client_labels()).tolist() == [100] * 10  # N/10 clients per digit
+    # Digits with more than 6000 images keep the Normal(60, 10^2) sizes untouched.
+    for digit in (1, 3, 7):
+        sizes = fd.counts[fd.client_labels() == digit]
+        assert abs(sizes.mean() - 60) < 3 and abs(sizes.std() - 10) < 2.5
+    # Clients are disjoint: no example is used twice.
+    assert fd.num_examples <= 60000 and fd.num_examples > 55000
+
+
+def test_iid_classes_per_client_and_dirichlet(digits):
+    x, y = digits[0]["x"], digits[0]["y"]
+    fd = fa.data.iid(x, y, 10)
+    assert fd.counts.max() - fd.counts.min() <= 1 and fd.num_examples == len(y)
+    fd = fa.data.classes_per_client(x, y, 20, k=2)
+    for i in range(20):
+        assert len(np.unique(fd.client(i)["y"])) == 2
+    fd = fa.data.dirichlet(x, y, 10, alpha=0.1, seed=1, min_size=5)
+    assert fd.counts.min() >= 5 and fd.num_examples == len(y)
+    # Small alpha concentrates labels: most clients are dominated by few labels.
+    top_share = [np.bincount(fd.client(i)["y"]).max() / fd.counts[i] for i in range(10)]
+    assert np.median(top_share) > 0.4
+    with pytest.raises(ValueError, match="alpha"):
+        fa.data.dirichlet(x, y, 10, alpha=0.0)
+    with pytest.raises(ValueError, match="num_clients"):
+        fa.data.one_label_per_client(x, y, 15)
