@@ -22,11 +22,11 @@ def _client_update(task, fd, params, client, key, steps, batch_size, lr, mu=0.0)
         key, np.array([client], np.int32), fd.offsets[[client]], fd.counts[[client]],
         steps, batch_size,
     )[0]
+    grad = jax.grad(lambda x, batch: task.loss(unravel(x), batch))
     x = x0
     for t in range(steps):
         batch = {k: v[np.asarray(rows[t])] for k, v in fd.arrays.items()}
-        g = jax.grad(lambda x: task.loss(unravel(x), batch))(x)
-        x = x - lr * (g + mu * (x - x0))
+        x = x - lr * (grad(x, batch) + mu * (x - x0))
     return np.asarray(x - x0, np.float64)
 
 
