@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "list":
         for experiment in experiments.REGISTRY.values():
             print(f"{experiment.name}: {experiment.description}")
+            if experiment.measured:
+                print(f"    measured: {experiment.measured}")
             print("    " + " ".join(f"{k}={v}" for k, v in experiment.defaults.items()))
         return 0
 

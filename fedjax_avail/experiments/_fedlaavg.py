@@ -68,6 +68,11 @@ DEFAULT = Experiment(
         algorithms=("fedavg", "fedlaavg", "sequential"),
     ),
     build=_build_digits,
+    measured=(
+        "`fedjax-avail run` (2026-11-21, 2-core CPU, ~9 s): final train loss / test acc / "
+        "amplitude over the last 2E rounds: fedavg 0.285 / 0.919 / 0.095, "
+        "fedlaavg 0.196 / 0.964 / 0.009, sequential 0.047 / 0.972 / 0.003."
+    ),
 )
 
 FEDLAAVG_MNIST = Experiment(
@@ -80,4 +85,10 @@ FEDLAAVG_MNIST = Experiment(
         source="idx", data_dir=None,
     ),
     build=_build_mnist,
+    measured=(
+        "`fedjax-avail run fedlaavg-mnist` (2026-11-21, 2-core CPU, ~3.5 min): final train loss / "
+        "test acc / amplitude over the last 2E rounds: fedsgd 0.573 / 0.876 / 0.152, "
+        "fedavg 0.392 / 0.898 / 0.365 (period 202 rounds), fedprox 0.393 / 0.898 / 0.358, "
+        "fedlaavg 0.331 / 0.914 / 0.006, sequential 0.234 / 0.924 / 0.003."
+    ),
 )
