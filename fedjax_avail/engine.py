@@ -142,6 +142,10 @@ def simulate(
     jitted = jax.jit(run_chunk, donate_argnums=0)
     compiled: dict[int, Any] = {}
     timing = {"compile": 0.0, "run": 0.0, "eval": 0.0}
+    t0 = time.perf_counter()
+    for evaluator in evaluators.values():
+        evaluator.compile(params)
+    timing["compile"] += time.perf_counter() - t0
     history, per_round = History(), []
 
     def evaluate(done: int) -> dict[str, float]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -11,13 +12,33 @@ import numpy as np
 from fedjax_avail.tasks import Task
 
 
+class Evaluator:
+    """``params -> {"loss": ..., **metrics}``, example means over a fixed data set.
+
+    ``compile(params)`` compiles ahead of time (so compile time can be reported apart);
+    calling compiles on first use otherwise.
+    """
+
+    def __init__(self, fn, *data):
+        self._fn, self._data, self._compiled = jax.jit(fn), data, None
+
+    def compile(self, params: Any) -> None:
+        self._compiled = self._fn.lower(params, *self._data).compile()
+
+    def __call__(self, params: Any) -> dict[str, jax.Array]:
+        if self._compiled is None:
+            self.compile(params)
+        return self._compiled(params, *self._data)
+
+
 def make_evaluator(
     task: Task, arrays: Mapping[str, np.ndarray], batch_size: int = 4096
-) -> Callable[..., dict[str, jax.Array]]:
-    """Returns a compiled ``params -> {"loss": ..., **metrics}`` of example means over ``arrays``.
+) -> Evaluator:
+    """Returns an :class:`Evaluator` of example means of loss and metrics over ``arrays``.
 
-    Examples are evaluated one by one under ``vmap`` (so any batch-mean loss gives per-example
-    values), in blocks of ``batch_size`` with the last block padded and masked out.
+    The examples are cut into ``M // batch_size`` full blocks (a ``lax.map``) and one remainder
+    block; since ``task.loss`` and ``task.metrics`` are batch means, each block's value is
+    weighted by its size, so every example counts exactly once.
 
     Args:
       task: the task.
@@ -26,32 +47,23 @@ def make_evaluator(
     """
     size = len(next(iter(arrays.values())))
     batch_size = min(batch_size, size)
-    blocks = -(-size // batch_size)
-    pad = blocks * batch_size - size
+    blocks, rest = divmod(size, batch_size)
+    full = {k: jnp.asarray(np.asarray(v)[: blocks * batch_size].reshape(
+        (blocks, batch_size, *np.shape(v)[1:]))) for k, v in arrays.items()}
+    tail = {k: jnp.asarray(np.asarray(v)[blocks * batch_size :]) for k, v in arrays.items()}
 
-    def to_blocks(a):
-        a = np.asarray(a)
-        a = np.concatenate([a, np.repeat(a[:1], pad, 0)]) if pad else a
-        return jnp.asarray(a.reshape((blocks, batch_size, *a.shape[1:])))
-
-    data = {k: to_blocks(v) for k, v in arrays.items()}
-    mask = jnp.asarray((np.arange(blocks * batch_size) < size).reshape(blocks, batch_size))
-
-    def per_example(params, example):
-        batch = jax.tree.map(lambda a: a[None], example)
-        out = {"loss": task.loss(params, batch)}
+    def block_sums(params, block):
+        out = {"loss": task.loss(params, block)}
         if task.metrics is not None:
-            out.update(task.metrics(params, batch))
-        return out
+            out.update(task.metrics(params, block))
+        n = len(next(iter(block.values())))
+        return jax.tree.map(lambda v: v * n, out)
 
-    @jax.jit
-    def evaluate(params, data, mask):
-        def block_sums(args):
-            block, block_mask = args
-            values = jax.vmap(per_example, in_axes=(None, 0))(params, block)
-            return jax.tree.map(lambda v: jnp.sum(jnp.where(block_mask, v, 0.0)), values)
+    def evaluate(params, full, tail):
+        sums = jax.lax.map(lambda block: block_sums(params, block), full)
+        sums = jax.tree.map(lambda s: jnp.sum(s, axis=0), sums)
+        if rest:
+            sums = jax.tree.map(jnp.add, sums, block_sums(params, tail))
+        return jax.tree.map(lambda s: s / size, sums)
 
-        sums = jax.lax.map(block_sums, (data, mask))
-        return jax.tree.map(lambda s: jnp.sum(s) / size, sums)
-
-    return lambda params: evaluate(params, data, mask)
+    return Evaluator(evaluate, full, tail)

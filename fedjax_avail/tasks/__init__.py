@@ -2,6 +2,7 @@
 
 from fedjax_avail.tasks._models import (
     MLP,
+    DenseOI,
     LeNet5,
     LogisticRegression,
     lenet5,
@@ -12,6 +13,7 @@ from fedjax_avail.tasks._task import Task, classification, normalize_images
 
 __all__ = [
     "MLP",
+    "DenseOI",
     "LeNet5",
     "LogisticRegression",
     "Task",

@@ -10,6 +10,27 @@ from flax import linen as nn
 from fedjax_avail.tasks._task import Task, classification
 
 
+class DenseOI(nn.Module):
+    """A dense layer whose kernel is stored ``[out, in]`` (``nn.Dense`` stores ``[in, out]``).
+
+    Same function as ``nn.Dense``; the layout is for speed: per-client weights make every matmul
+    a batched one (``[K, B, in] x [K, out, in]``), and on XLA:CPU this layout ran the forward
+    pass 1.3x and the weight gradient 3.5x faster than ``[in, out]`` for MNIST logistic
+    regression (K=100, B=5; ``benchmarks/README.md``).
+    """
+
+    features: int
+    kernel_init: nn.initializers.Initializer = nn.initializers.lecun_normal(
+        in_axis=-1, out_axis=-2
+    )
+
+    @nn.compact
+    def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+        kernel = self.param("kernel", self.kernel_init, (self.features, x.shape[-1]))
+        bias = self.param("bias", nn.initializers.zeros, (self.features,))
+        return jnp.einsum("...i,oi->...o", x, kernel) + bias
+
+
 class LogisticRegression(nn.Module):
     """Multinomial logistic regression (FedLaAvg's convex MNIST model, P:L337); zero init."""
 
@@ -18,7 +39,7 @@ class LogisticRegression(nn.Module):
     @nn.compact
     def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
         x = x.reshape((x.shape[0], -1))
-        return nn.Dense(self.num_classes, kernel_init=nn.initializers.zeros)(x)
+        return DenseOI(self.num_classes, kernel_init=nn.initializers.zeros)(x)
 
 
 class MLP(nn.Module):
@@ -31,8 +52,8 @@ class MLP(nn.Module):
     def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
         x = x.reshape((x.shape[0], -1))
         for width in self.hidden:
-            x = nn.relu(nn.Dense(width)(x))
-        return nn.Dense(self.num_classes)(x)
+            x = nn.relu(DenseOI(width)(x))
+        return DenseOI(self.num_classes)(x)
 
 
 class LeNet5(nn.Module):
