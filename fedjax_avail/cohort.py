@@ -75,3 +75,24 @@ def masked_mean(values: CohortArray, weights: CohortArray) -> ServerArray:
     """``sum_k w_k values[k] / sum_k w_k`` over the cohort; zero when every weight is zero."""
     total = jnp.sum(weights)
     return jnp.tensordot(weights, values, axes=1) / jnp.where(total > 0, total, 1.0)
+
+
+def scatter_keep_mean(
+    client_array: ClientArray,
+    mean: ServerArray,
+    cohort: CohortArray,
+    values: CohortArray,
+    valid: CohortArray,
+) -> tuple[ClientArray, ServerArray]:
+    """:func:`scatter` that also keeps ``mean == client_array.mean(axis=0)`` up to date.
+
+    The mean moves by ``(1/N) sum_k valid_k (values[k] - old[k])``: the uploaded differences of
+    FedLaAvg Alg. 2 L9 (P:L290), O(K P) work instead of O(N P).
+
+    Returns:
+      ``(client_array, mean)`` after the update.
+    """
+    old = gather(client_array, cohort)
+    change = jnp.where(valid.reshape(valid.shape + (1,) * (values.ndim - 1)), values - old, 0.0)
+    mean = mean + jnp.sum(change, axis=0) / client_array.shape[0]
+    return scatter(client_array, cohort, values, valid), mean

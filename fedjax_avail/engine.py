@@ -127,13 +127,17 @@ def simulate(
     if test_data is not None:
         evaluators["test"] = make_evaluator(task, _pooled(test_data), eval_batch_size)
 
+    reports_fn = getattr(availability, "reports", None)  # drop-outs (availability.dropout)
+
     def run_chunk(carry, data, round_ids):
         problem = Problem(task, data, client_chunk)
 
         def one_round(carry, r):
             alg_state, avail_state = carry
-            avail_state, mask = availability.step(avail_state, r, _keys.availability_key(keys, r))
-            inputs = RoundInput(r, mask, _keys.algorithm_key(keys, r))
+            avail_key = _keys.availability_key(keys, r)
+            avail_state, mask = availability.step(avail_state, r, avail_key)
+            reports = reports_fn(mask, r, avail_key) if reports_fn is not None else None
+            inputs = RoundInput(r, mask, _keys.algorithm_key(keys, r), reports)
             alg_state, metrics = algorithm.round(alg_state, inputs, problem)
             return (alg_state, avail_state), {"num_available": jnp.sum(mask), **metrics}
 

@@ -17,6 +17,16 @@ class RoundInput(NamedTuple):
     round: jax.Array  # [] int32, r = 0, 1, ...
     available: jax.Array  # [N] bool, availability step r
     key: jax.Array  # PRNG key of round r
+    reports: jax.Array | None = None  # [N] bool, False: a selected client fails to report
+
+
+def reported(inputs: RoundInput, cohort: jax.Array, valid: jax.Array) -> jax.Array:
+    """``[K]`` validity of the cohort after drop-outs: selected and able to report.
+
+    A client that fails to report (``fa.availability.dropout``) does not participate: its update
+    is lost and its participation stamp is not renewed.
+    """
+    return valid if inputs.reports is None else valid & inputs.reports[cohort]
 
 
 class Algorithm(Protocol):

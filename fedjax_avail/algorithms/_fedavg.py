@@ -20,6 +20,7 @@ from fedjax_avail.algorithms._base import (
     RoundInput,
     check_cohort_fits,
     check_local_training,
+    reported,
 )
 from fedjax_avail.local import Problem, local_sgd
 
@@ -89,6 +90,7 @@ class FedAvg:
     ) -> tuple[FedAvgState, Metrics]:
         select_key, train_key = jax.random.split(inputs.key)
         cohort, valid = selection.uniform(select_key, inputs.available, self.clients_per_round)
+        valid = reported(inputs, cohort, valid)
         deltas = local_sgd(
             problem,
             state.params,

@@ -15,6 +15,7 @@ from fedjax_avail.algorithms._base import (
     RoundInput,
     check_cohort_fits,
     check_local_training,
+    reported,
 )
 from fedjax_avail.local import Problem, flat_size, local_sgd
 
@@ -92,10 +93,10 @@ class FedLaAvg:
     def round(
         self, state: FedLaAvgState, inputs: RoundInput, problem: Problem
     ) -> tuple[FedLaAvgState, Metrics]:
-        num_clients = state.last_round.shape[0]
         cohort, valid = selection.least_recent(
             state.last_round, inputs.available, self.clients_per_round
         )  # L6
+        valid = reported(inputs, cohort, valid)
         last_round = cohort_lib.scatter(
             state.last_round, cohort, jnp.full(cohort.shape, inputs.round, jnp.int32), valid
         )  # L7
@@ -108,9 +109,9 @@ class FedLaAvg:
             batch_size=self.batch_size,
             lr=self.client_lr,
         )  # L8
-        change = jnp.where(valid[:, None], updates - cohort_lib.gather(state.latest, cohort), 0.0)
-        mean_update = state.mean_update + jnp.sum(change, axis=0) / num_clients  # L9
-        latest = cohort_lib.scatter(state.latest, cohort, updates, valid)
+        latest, mean_update = cohort_lib.scatter_keep_mean(
+            state.latest, state.mean_update, cohort, updates, valid
+        )  # L9
         params, opt_state = server.apply_delta(
             self._optimizer(), state.params, state.opt_state, mean_update
         )  # L10
