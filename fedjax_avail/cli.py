@@ -9,19 +9,25 @@ from pathlib import Path
 from fedjax_avail import experiments
 
 
-def _overrides(experiment: experiments.Experiment, pairs: list[str]) -> dict:
+def _defaults(experiment) -> dict:
+    return experiment.all_defaults() if isinstance(experiment, experiments.Sweep) else dict(
+        experiment.defaults)
+
+
+def _overrides(experiment, pairs: list[str]) -> dict:
+    defaults = _defaults(experiment)
     out = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep:
             raise ValueError(f"--set takes key=value, got {pair!r}")
         key = key.strip()
-        if key not in experiment.defaults:
+        if key not in defaults:
             raise ValueError(
-                f"{experiment.name} has no setting {key!r}; settings: {sorted(experiment.defaults)}"
+                f"{experiment.name} has no setting {key!r}; settings: {sorted(defaults)}"
             )
         try:
-            out[key] = experiments.parse_value(text, experiment.defaults[key])
+            out[key] = experiments.parse_value(text, defaults[key])
         except ValueError as error:
             raise ValueError(f"--set {key}: {error}") from None
     return out
@@ -45,20 +51,31 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{experiment.name}: {experiment.description}")
             if experiment.measured:
                 print(f"    measured: {experiment.measured}")
-            print("    " + " ".join(f"{k}={v}" for k, v in experiment.defaults.items()))
+            print("    " + " ".join(f"{k}={v}" for k, v in _defaults(experiment).items()))
+            if isinstance(experiment, experiments.Sweep):
+                print("    settings: " + "; ".join(experiment.settings))
         return 0
 
     try:
         experiment = experiments.get(args.name)
         overrides = _overrides(experiment, args.settings)
         out_dir = args.out or Path("runs") / experiment.name
-        outcome = experiments.run(experiment, overrides, out_dir, progress=not args.no_progress)
+        if isinstance(experiment, experiments.Sweep):
+            outcomes = experiments.run_sweep(experiment, overrides, out_dir,
+                                             progress=not args.no_progress)
+        else:
+            outcomes = {"": experiments.run(experiment, overrides, out_dir,
+                                            progress=not args.no_progress)}
     except (ValueError, FileNotFoundError) as error:
         print(f"fedjax-avail: error: {error}", file=sys.stderr)
         return 2
-    print(experiments.format_summary(outcome.summary))
-    print(f"wrote {out_dir}/metrics.csv, config.json, summary.json, curves.png")
-    return 0 if all(row["status"] == "ok" for row in outcome.summary) else 1
+    for label, outcome in outcomes.items():
+        if label:
+            print(f"\n== {label}")
+        print(experiments.format_summary(outcome.summary))
+    print(f"wrote results to {out_dir}/")
+    ok = all(row["status"] == "ok" for o in outcomes.values() for row in o.summary)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

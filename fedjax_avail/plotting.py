@@ -50,3 +50,38 @@ def plot_histories(
         atomic_write_bytes(path, buffer.getvalue())
         plt.close(fig)
     return fig
+
+
+def plot_grid(
+    panels: Mapping[str, Mapping[str, History]], path: str | Path, title: str = ""
+) -> None:
+    """One column per panel (a setting of a sweep): training loss on top, test accuracy below.
+
+    Args:
+      panels: panel label -> (algorithm name -> :class:`History`).
+      path: where to write the PNG (atomically).
+      title: the figure's title.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(panels), figsize=(3.6 * len(panels), 6.4), squeeze=False)
+    for column, (label, histories) in enumerate(panels.items()):
+        top, bottom = axes[0, column], axes[1, column]
+        for name, history in histories.items():
+            top.plot(history["round"], history["train_loss"], label=name, lw=1.0)
+            if "test_accuracy" in history.columns:
+                bottom.plot(history["round"], history["test_accuracy"], label=name, lw=1.0)
+        top.set(title=label, yscale="log", xlabel="round", ylabel="training loss")
+        bottom.set(xlabel="round", ylabel="test accuracy")
+        for ax in (top, bottom):
+            ax.grid(alpha=0.3)
+    axes[0, 0].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    atomic_write_bytes(path, buffer.getvalue())
+    plt.close(fig)

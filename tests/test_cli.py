@@ -61,3 +61,19 @@ def test_console_script_is_installed():
     done = subprocess.run([sys.executable, "-m", "fedjax_avail.cli", "list"], capture_output=True,
                           text=True, check=True)
     assert "fedlaavg-mnist" in done.stdout
+
+
+def test_sweeps_write_every_panel_and_a_grid(tmp_path, mnist):
+    del mnist
+    small = dict(num_clients=100, clients_per_round=10, rounds=2, eval_every=1,
+                 data_dir=str(MNIST_DIR), algorithms=("fedavg", "fedlaavg"))
+    outcomes = experiments.run_sweep(experiments.get("fedlaavg-mnist-fig4"), small, tmp_path,
+                                     progress=False)
+    assert list(outcomes) == list(experiments.FEDLAAVG_MNIST_FIG4.settings)
+    assert (tmp_path / "E_200__D_1" / "metrics.csv").exists()
+    assert (tmp_path / "grid.png").read_bytes()[:4] == b"\x89PNG"
+    rows = json.loads((tmp_path / "summary.json").read_text())
+    assert len(rows) == 5 * 2 and {r["setting"] for r in rows} == set(outcomes)
+    code = cli.main(["run", "fedlaavg-mnist-fig5-beta", "--set", "rounds=1", "--set",
+                     f"data_dir={MNIST_DIR}", "--out", str(tmp_path / "beta"), "--no-progress"])
+    assert code == 0 and (tmp_path / "beta" / "grid.png").exists()

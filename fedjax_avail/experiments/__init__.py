@@ -9,12 +9,28 @@ from fedjax_avail.experiments._experiment import (
     parse_value,
     run,
 )
-from fedjax_avail.experiments._fedlaavg import DEFAULT, FEDLAAVG_MNIST
+from fedjax_avail.experiments._fedlaavg import (
+    DEFAULT,
+    FEDLAAVG_MNIST,
+    FEDLAAVG_MNIST_FIG4,
+    FEDLAAVG_MNIST_FIG5_BETA,
+    FEDLAAVG_MNIST_FIG5_N,
+)
+from fedjax_avail.experiments._sweep import Sweep, run_sweep
 
-REGISTRY: dict[str, Experiment] = {e.name: e for e in (DEFAULT, FEDLAAVG_MNIST)}
+REGISTRY: dict[str, Experiment | Sweep] = {
+    e.name: e
+    for e in (
+        DEFAULT,
+        FEDLAAVG_MNIST,
+        FEDLAAVG_MNIST_FIG4,
+        FEDLAAVG_MNIST_FIG5_N,
+        FEDLAAVG_MNIST_FIG5_BETA,
+    )
+}
 
 
-def get(name: str) -> Experiment:
+def get(name: str) -> Experiment | Sweep:
     """The registered experiment called ``name``."""
     if name not in REGISTRY:
         raise ValueError(f"no experiment {name!r}; registered: {sorted(REGISTRY)}")
@@ -28,10 +44,12 @@ __all__ = [
     "Experiment",
     "RunOutcome",
     "Setup",
+    "Sweep",
     "dominant_period",
     "format_summary",
     "get",
     "oscillation_amplitude",
     "parse_value",
     "run",
+    "run_sweep",
 ]

@@ -11,6 +11,7 @@ from typing import Any
 
 from fedjax_avail import algorithms, availability, data, tasks
 from fedjax_avail.experiments._experiment import Experiment, Setup
+from fedjax_avail.experiments._sweep import Sweep
 
 
 def _algorithms(config: dict[str, Any]) -> dict[str, algorithms.Algorithm]:
@@ -91,4 +92,40 @@ FEDLAAVG_MNIST = Experiment(
         "fedavg 0.392 / 0.898 / 0.365 (period 202 rounds), fedprox 0.393 / 0.898 / 0.358, "
         "fedlaavg 0.331 / 0.914 / 0.006, sequential 0.234 / 0.924 / 0.003."
     ),
+)
+
+FIG4_ALGORITHMS = ("fedsgd", "fedavg", "fedprox", "fedlaavg_c1", "fedlaavg", "sequential")
+
+FEDLAAVG_MNIST_FIG4 = Sweep(
+    name="fedlaavg-mnist-fig4",
+    description="FedLaAvg Fig. 4/8 (MNIST): the five (E, D) availability settings",
+    base=FEDLAAVG_MNIST,
+    settings={
+        "E=100, D=3": dict(E=100, D=3),
+        "E=100, D=5": dict(E=100, D=5),
+        "E=50, D=1": dict(E=50, D=1),
+        "E=100, D=1": dict(E=100, D=1),
+        "E=200, D=1": dict(E=200, D=1),
+    },
+    defaults=dict(algorithms=FIG4_ALGORITHMS),
+)
+
+# Fig. 5/9 give no values for N and beta (spec sec. 4.4); these span the text's N = 200 and the
+# default N = 1000, beta = 0.1.
+FEDLAAVG_MNIST_FIG5_N = Sweep(
+    name="fedlaavg-mnist-fig5-n",
+    description="FedLaAvg Fig. 5a/9a (MNIST): FedLaAvg for several N (beta = 0.1)",
+    base=FEDLAAVG_MNIST,
+    settings={f"N={n}": dict(num_clients=n, clients_per_round=n // 10) for n in (200, 500, 1000)},
+    defaults=dict(algorithms=("fedlaavg",)),
+    overlay=True,
+)
+
+FEDLAAVG_MNIST_FIG5_BETA = Sweep(
+    name="fedlaavg-mnist-fig5-beta",
+    description="FedLaAvg Fig. 5b/9b (MNIST): FedLaAvg for several beta (N = 1000)",
+    base=FEDLAAVG_MNIST,
+    settings={f"beta={b}": dict(clients_per_round=int(b * 1000)) for b in (0.05, 0.1, 0.2, 0.5)},
+    defaults=dict(algorithms=("fedlaavg",)),
+    overlay=True,
 )

@@ -1,0 +1,76 @@
+"""Sweeps: one experiment run under several settings, laid out like the paper's figure grids."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from fedjax_avail._io import atomic_write_text
+from fedjax_avail.experiments._experiment import Experiment, RunOutcome, run
+from fedjax_avail.plotting import plot_grid, plot_histories
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    """An experiment run once per setting, e.g. FedLaAvg Fig. 4's five (E, D) panels.
+
+    Attributes:
+      name: the CLI name.
+      description: one line.
+      base: the experiment each setting overrides.
+      settings: panel label -> overrides of ``base``'s settings.
+      defaults: overrides applied to every panel (``--set`` may change these and any setting of
+        ``base``).
+      overlay: draw every setting as one curve in a single panel (for one-algorithm sweeps such
+        as Fig. 5's N and beta); otherwise one column per setting.
+      measured: the recorded outcome of the default run and the command.
+    """
+
+    name: str
+    description: str
+    base: Experiment
+    settings: Mapping[str, Mapping[str, Any]]
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    overlay: bool = False
+    measured: str = ""
+
+    def all_defaults(self) -> dict[str, Any]:
+        """Every setting ``--set`` accepts, with its value before the panels' overrides."""
+        return {**self.base.defaults, **self.defaults}
+
+
+def run_sweep(
+    sweep: Sweep,
+    overrides: Mapping[str, Any] | None = None,
+    out_dir: str | Path | None = None,
+    progress: bool = True,
+) -> dict[str, RunOutcome]:
+    """Runs every panel; writes ``<label>/`` per panel, plus a combined ``summary.json`` and
+    ``grid.png`` (training loss and test accuracy of every panel)."""
+    shared = {**sweep.defaults, **(overrides or {})}
+    outcomes = {}
+    for label, setting in sweep.settings.items():
+        panel_dir = None if out_dir is None else Path(out_dir) / _slug(label)
+        outcomes[label] = run(sweep.base, {**shared, **setting}, panel_dir, progress)
+    if out_dir is not None:
+        out_dir = Path(out_dir)
+        summary = [{"setting": label, **row} for label, o in outcomes.items() for row in o.summary]
+        atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+        atomic_write_text(out_dir / "config.json", json.dumps(
+            {"sweep": sweep.name, "overrides": shared, "settings": sweep.settings},
+            indent=2, default=str) + "\n")
+        if sweep.overlay:
+            curves = {f"{label} ({name})": history for label, o in outcomes.items()
+                      for name, history in o.histories.items()}
+            plot_histories(curves, out_dir / "grid.png", title=sweep.description)
+        else:
+            plot_grid({label: o.histories for label, o in outcomes.items()},
+                      out_dir / "grid.png", title=sweep.description)
+    return outcomes
+
+
+def _slug(label: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in label).strip("_")
