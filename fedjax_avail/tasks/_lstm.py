@@ -1,0 +1,149 @@
+"""FedLaAvg's Sentiment140 model: GloVe embeddings, a two-layer LSTM of 16 units, two classes.
+
+P:L339: "a two-layer LSTM binary classifier with 16 hidden units, using pretrained 25-dimensional
+GloVe embeddings". The paper leaves open whether the embeddings are trained, the output head and
+the initialisation (spec sec. 4.1). Here, by default, the GloVe matrix is frozen and kept out of
+the parameters (a constant of the loss), so a client's model is the 4,834 LSTM and head
+parameters rather than the V x 25 embedding table; a 2-way softmax reads the top layer's hidden
+state at each tweet's last token; Flax's default initialisers are used.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import linen as nn
+
+from fedjax_avail.data._text import PAD
+from fedjax_avail.tasks._models import DenseOI
+from fedjax_avail.tasks._task import Batch, Params, Task
+
+
+class LSTMClassifier(nn.Module):
+    """Stacked LSTMs over a padded sequence, then a dense layer on the last token's hidden state.
+
+    Inputs are ``[B, T]`` int32 token ids when ``vocab_size`` is set (a trainable ``nn.Embed``
+    of ``embed_dim`` is then part of the parameters), or already embedded ``[B, T, D]`` floats
+    otherwise. ``lengths`` ``[B]`` counts each sequence's real tokens (padding at the end); the
+    LSTMs stop there (``nn.RNN(seq_lengths=...)``), so padding never changes the output.
+
+    Attributes:
+      hidden: units per LSTM layer (16 in FedLaAvg).
+      num_layers: stacked LSTM layers (2).
+      num_classes: output logits (2).
+      vocab_size: V for a trainable embedding, or None for embedded inputs.
+      embed_dim: D of the trainable embedding (25).
+      embedding_init: initialiser of the trainable embedding (e.g. from a GloVe matrix).
+    """
+
+    hidden: int = 16
+    num_layers: int = 2
+    num_classes: int = 2
+    vocab_size: int | None = None
+    embed_dim: int = 25
+    embedding_init: nn.initializers.Initializer = nn.initializers.normal(0.1)
+
+    @nn.compact
+    def __call__(self, inputs: jnp.ndarray, lengths: jnp.ndarray) -> jnp.ndarray:
+        x = inputs
+        if self.vocab_size is not None:
+            x = nn.Embed(self.vocab_size, self.embed_dim, embedding_init=self.embedding_init)(x)
+        for _ in range(self.num_layers):
+            carry, x = nn.RNN(nn.OptimizedLSTMCell(self.hidden), return_carry=True)(
+                x, seq_lengths=lengths
+            )
+        return DenseOI(self.num_classes)(carry[1])  # carry = (c, h) after the last real token
+
+
+def _positive(**kwargs: int) -> None:
+    for name, value in kwargs.items():
+        if int(value) < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+
+
+def lstm_classifier(
+    vocab_size: int,
+    embed_dim: int = 25,
+    hidden: int = 16,
+    num_layers: int = 2,
+    num_classes: int = 2,
+    embeddings: np.ndarray | None = None,
+    train_embeddings: bool = False,
+) -> Task:
+    """FedLaAvg's Sentiment140 classifier (P:L339) as a softmax cross-entropy :class:`Task`.
+
+    ``batch["x"]`` is ``[B, T]`` int32 token ids with 0 as padding at the end
+    (:func:`fedjax_avail.data.encode`), ``batch["y"]`` ``[B]`` int labels; other arrays (e.g.
+    ``hour``) are ignored. The loss is the batch mean of the cross-entropy; the metric is
+    accuracy. An empty tweet (all padding) is read as one padding token.
+
+    Args:
+      vocab_size: V, token ids 0..V-1.
+      embed_dim: D, the embedding size (25: GloVe Twitter 25d).
+      hidden: LSTM units per layer (16).
+      num_layers: LSTM layers (2).
+      num_classes: classes (2).
+      embeddings: ``[V, D]`` float matrix (:func:`fedjax_avail.data.load_glove`), or None for a
+        random trainable embedding (with a warning: the paper uses GloVe).
+      train_embeddings: with ``embeddings``, train them from that start (they then join the
+        parameters, V x D more per client); False keeps them a constant outside the parameters.
+
+    Returns:
+      a :class:`Task`; with frozen embeddings and the defaults its parameters number
+      ``4 (D+H+1) H + 4 (2H+1) H + (H+1) 2 = 4,834``.
+
+    Raises:
+      ValueError: a size < 1, or ``embeddings`` not of shape ``[vocab_size, embed_dim]``.
+
+    Example:
+      >>> task = lstm_classifier(len(data.vocab), embeddings=load_glove(path, data.vocab))
+    """
+    _positive(vocab_size=vocab_size, embed_dim=embed_dim, hidden=hidden, num_layers=num_layers,
+              num_classes=num_classes)
+    frozen = None
+    if embeddings is None:
+        warnings.warn("lstm_classifier: no embeddings given (e.g. fedjax_avail.data.load_glove); "
+                      "using random trainable embeddings, unlike FedLaAvg's GloVe", stacklevel=2)
+        module = LSTMClassifier(hidden, num_layers, num_classes, vocab_size, embed_dim)
+    else:
+        matrix = np.asarray(embeddings, np.float32)
+        if matrix.shape != (vocab_size, embed_dim):
+            raise ValueError(f"embeddings must have shape [vocab_size, embed_dim] = "
+                             f"{[vocab_size, embed_dim]}, got {list(matrix.shape)}")
+        if train_embeddings:
+            def init_embedding(key, shape, dtype=jnp.float32):
+                return jnp.asarray(matrix, dtype)
+
+            module = LSTMClassifier(hidden, num_layers, num_classes, vocab_size, embed_dim,
+                                    init_embedding)
+        else:
+            frozen = jnp.asarray(matrix)
+            module = LSTMClassifier(hidden, num_layers, num_classes)
+
+    def logits(params: Params, batch: Batch) -> jax.Array:
+        tokens = batch["x"]
+        lengths = jnp.maximum(jnp.sum(tokens != PAD, axis=-1), 1)
+        inputs = tokens if frozen is None else frozen[tokens]
+        return module.apply({"params": params}, inputs, lengths)
+
+    def init(key: jax.Array) -> Params:
+        return module.init(key, *_dummy(frozen))["params"]
+
+    def loss(params: Params, batch: Batch) -> jax.Array:
+        return optax.softmax_cross_entropy_with_integer_labels(
+            logits(params, batch), batch["y"]).mean()
+
+    def metrics(params: Params, batch: Batch) -> dict[str, jax.Array]:
+        return {"accuracy": jnp.mean(jnp.argmax(logits(params, batch), -1) == batch["y"])}
+
+    return Task(init=init, loss=loss, metrics=metrics)
+
+
+def _dummy(frozen: jax.Array | None) -> tuple[jax.Array, jax.Array]:
+    tokens = jnp.zeros((1, 1), jnp.int32)
+    inputs = tokens if frozen is None else frozen[tokens]
+    return inputs, jnp.ones((1,), jnp.int32)
