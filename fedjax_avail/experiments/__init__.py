@@ -16,6 +16,12 @@ from fedjax_avail.experiments._fedlaavg import (
     FEDLAAVG_MNIST_FIG5_BETA,
     FEDLAAVG_MNIST_FIG5_N,
 )
+from fedjax_avail.experiments._sentiment140 import (
+    FEDLAAVG_SENTIMENT140,
+    FEDLAAVG_SENTIMENT140_FIG6,
+    FEDLAAVG_SENTIMENT140_FIG7_BETA,
+    FEDLAAVG_SENTIMENT140_FIG7_N,
+)
 from fedjax_avail.experiments._sweep import Sweep, run_sweep
 
 REGISTRY: dict[str, Experiment | Sweep] = {
@@ -26,6 +32,10 @@ REGISTRY: dict[str, Experiment | Sweep] = {
         FEDLAAVG_MNIST_FIG4,
         FEDLAAVG_MNIST_FIG5_N,
         FEDLAAVG_MNIST_FIG5_BETA,
+        FEDLAAVG_SENTIMENT140,
+        FEDLAAVG_SENTIMENT140_FIG6,
+        FEDLAAVG_SENTIMENT140_FIG7_N,
+        FEDLAAVG_SENTIMENT140_FIG7_BETA,
     )
 }
 

@@ -14,7 +14,8 @@ from fedjax_avail.experiments._experiment import Experiment, Setup
 from fedjax_avail.experiments._sweep import Sweep
 
 
-def _algorithms(config: dict[str, Any]) -> dict[str, algorithms.Algorithm]:
+def algorithms_from_config(config: dict[str, Any]) -> dict[str, algorithms.Algorithm]:
+    """The algorithms named by ``config["algorithms"]``, with the config's hyperparameters."""
     shared = dict(
         clients_per_round=config["clients_per_round"],
         batch_size=config["batch_size"],
@@ -28,6 +29,7 @@ def _algorithms(config: dict[str, Any]) -> dict[str, algorithms.Algorithm]:
         "fedlaavg_c1": lambda: algorithms.FedLaAvg(**dict(shared, local_steps=1,
                                                          client_lr=config["lr"])),
         "fedadam": lambda: algorithms.FedAdam(**local),
+        "mifa": lambda: algorithms.MIFA(**local),
         "sequential": lambda: algorithms.SequentialSGD(
             config["clients_per_round"], config["local_steps"], config["batch_size"], config["lr"]
         ),
@@ -42,7 +44,7 @@ def _setup(config: dict[str, Any], train, test, task) -> Setup:
     fd = data.one_label_per_client(train["x"], train["y"], config["num_clients"],
                                    seed=config["seed"])
     process = availability.diurnal(fd.client_labels(), D=config["D"], E=config["E"])
-    return Setup(task, fd, test, process, _algorithms(config), window=2 * config["E"])
+    return Setup(task, fd, test, process, algorithms_from_config(config), window=2 * config["E"])
 
 
 def _build_digits(config: dict[str, Any]) -> Setup:
