@@ -1,9 +1,13 @@
 """Real MNIST, fedlaavg-mnist shortened (E = 50, 600 rounds): the paper's Fig. 4 behaviour.
 
-FedAvg's training loss oscillates with period 2E (P:L405) while FedLaAvg's decreases smoothly
-towards sequential SGD's. Measured on this setting (seed 0): FedAvg period 102 rounds and
-amplitude 0.446 over the last 2E rounds, FedLaAvg amplitude 0.021, final losses FedAvg 0.493,
-FedLaAvg 0.416, sequential SGD 0.246 (gap 0.271 at round 300, 0.170 at 600).
+FedAvg's and FedProx's training losses oscillate with period 2E (P:L405) while FedLaAvg's
+decreases smoothly towards sequential SGD's. Measured on these settings (seed 0):
+
+| D | FedAvg period, amplitude | FedProx amplitude | FedLaAvg amplitude | gap at 300 / 600 |
+| 1 | 102 rounds, 0.446        | ~0.44             | 0.021              | 0.271 / 0.170    |
+| 3 | 102 rounds, 0.501        | 0.489             | 0.024              | 0.294 / 0.175    |
+
+(gap: FedLaAvg's training loss minus sequential SGD's.)
 """
 
 import numpy as np
@@ -15,34 +19,34 @@ from fedjax_avail import experiments
 E = 50
 
 
-@pytest.fixture(scope="module")
-def outcome(mnist):
+@pytest.fixture(scope="module", params=[1, 3], ids=["D=1", "D=3"])
+def outcome(request, mnist):
     del mnist  # ensures the data is there, with a clear failure otherwise
-    overrides = dict(E=E, rounds=600, eval_every=10, data_dir=str(MNIST_DIR),
-                     algorithms=("fedavg", "fedlaavg", "sequential"))
+    overrides = dict(E=E, D=request.param, rounds=600, eval_every=10, data_dir=str(MNIST_DIR),
+                     algorithms=("fedavg", "fedprox", "fedlaavg", "sequential"))
     return experiments.run(experiments.FEDLAAVG_MNIST, overrides, out_dir=None, progress=False)
 
 
 @pytest.mark.slow
-def test_fedavg_oscillates_with_period_2E(outcome):
-    fedavg = outcome.histories["fedavg"]
-    period = experiments.dominant_period(fedavg, skip=2 * E)
-    assert 0.9 * 2 * E <= period <= 1.1 * 2 * E
+def test_fedavg_and_fedprox_oscillate_with_period_2E(outcome):
+    for name in ("fedavg", "fedprox"):
+        period = experiments.dominant_period(outcome.histories[name], skip=2 * E)
+        assert 0.9 * 2 * E <= period <= 1.1 * 2 * E, name
 
 
 @pytest.mark.slow
 def test_fedlaavg_is_smooth_and_approaches_sequential_sgd(outcome):
-    h = {name: outcome.histories[name] for name in ("fedavg", "fedlaavg", "sequential")}
-    amp_avg = experiments.oscillation_amplitude(h["fedavg"], 2 * E)
+    h = outcome.histories
     amp_la = experiments.oscillation_amplitude(h["fedlaavg"], 2 * E)
-    assert amp_avg > 5 * amp_la
+    for name in ("fedavg", "fedprox"):
+        assert experiments.oscillation_amplitude(h[name], 2 * E) > 10 * amp_la, name
     # Smooth: after two periods (the start-up, when stored updates are still zeros) FedLaAvg's
-    # loss never rises between evaluations, while FedAvg's rises by more than 0.1 every period.
+    # loss rises between evaluations by less than 5% of FedAvg's largest rise.
     la, avg = h["fedlaavg"], h["fedavg"]
-    assert np.all(np.diff(la["train_loss"][la["round"] >= 4 * E]) <= 1e-3)
-    assert np.diff(avg["train_loss"][avg["round"] >= 4 * E]).max() > 0.1
+    rise_la = np.diff(la["train_loss"][la["round"] >= 4 * E]).max()
+    rise_avg = np.diff(avg["train_loss"][avg["round"] >= 4 * E]).max()
+    assert rise_avg > 0.1 and rise_la < 0.05 * rise_avg
     # Towards sequential SGD: the gap shrinks, and ends below FedAvg's loss.
-    seq = h["sequential"]["train_loss"]
-    gap = la["train_loss"] - seq
-    assert gap[-1] < 0.75 * gap[la["round"] == 300][0]  # measured: 0.170 vs 0.271
-    assert la["train_loss"][-1] < h["fedavg"]["train_loss"][-1]
+    gap = la["train_loss"] - h["sequential"]["train_loss"]
+    assert gap[-1] < 0.75 * gap[la["round"] == 300][0]
+    assert la["train_loss"][-1] < avg["train_loss"][-1]
