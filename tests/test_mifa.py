@@ -6,7 +6,7 @@ from conftest import point_clients, quadratic_task
 from jax.flatten_util import ravel_pytree
 
 import fedjax_avail as fa
-from fedjax_avail.availability._dropout import dropout
+from fedjax_avail.availability import dropout
 
 
 def _flat(params):

@@ -1,8 +1,33 @@
 """Availability processes: which clients can be selected at each step."""
 
+from fedjax_avail.availability._combine import Combined, all_of, any_of
+from fedjax_avail.availability._dropout import Dropout, dropout
+from fedjax_avail.availability._gaps import longest_gap, minimal_availability
+from fedjax_avail.availability._hour_of_day import HourOfDay
+from fedjax_avail.availability._markov import Markov, MarkovState
 from fedjax_avail.availability._periodic import Periodic, diurnal
+from fedjax_avail.availability._plot import plot_availability
 from fedjax_avail.availability._process import AlwaysOn, AvailabilityProcess, Bernoulli
 from fedjax_avail.availability._sample import sample
 from fedjax_avail.availability._trace import Trace
 
-__all__ = ["AlwaysOn", "AvailabilityProcess", "Bernoulli", "Periodic", "Trace", "diurnal", "sample"]
+__all__ = [
+    "AlwaysOn",
+    "AvailabilityProcess",
+    "Bernoulli",
+    "Combined",
+    "Dropout",
+    "HourOfDay",
+    "Markov",
+    "MarkovState",
+    "Periodic",
+    "Trace",
+    "all_of",
+    "any_of",
+    "diurnal",
+    "dropout",
+    "longest_gap",
+    "minimal_availability",
+    "plot_availability",
+    "sample",
+]

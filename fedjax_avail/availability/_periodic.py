@@ -53,7 +53,7 @@ class Periodic:
 
 
 def diurnal(labels: np.ndarray, D: int, E: int) -> Periodic:  # noqa: N803 (the paper's names)
-    """FedLaAvg's MNIST availability (Sec. 6.1.2, P:L373): two groups alternate every E rounds.
+    """FedLaAvg's MNIST availability (Sec. 6.1.3, P:L373): two groups alternate every E rounds.
 
     Clients holding digits ``< D`` are available for E rounds (starting at round 0), then the
     remaining clients for the next E rounds; the period is 2E.

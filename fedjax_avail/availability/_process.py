@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_avail import _bits
+
 State = Any
 
 
@@ -47,6 +49,9 @@ class AlwaysOn:
 class Bernoulli:
     """Client i is available at each step independently with probability ``p_i``.
 
+    The state is ``[N]`` uint32 thresholds ``round(p_i * 2^31)``; each step draws one Threefry
+    word per client (``_bits``), so p is honoured to within 2^-32 and 0 and 1 are exact.
+
     Args:
       p: a probability in [0, 1], or ``[N]`` per-client probabilities.
 
@@ -65,13 +70,87 @@ class Bernoulli:
                 f"[{p.min()}, {p.max()}] with shape {p.shape}"
             )
 
+    @classmethod
+    def uniform_range(
+        cls, num_clients: int, low: float = 0.1, high: float = 0.9, seed: int = 0
+    ) -> Bernoulli:
+        """Per-client ``p_i ~ Uniform[low, high)``, drawn once on the host (MIFA's random mode).
+
+        Follows ``gen_avail_prob_random`` in MIFA's code (``hmgxr128/MIFA_code``,
+        ``data/gen_avail_prob.py``; Gu et al., NeurIPS 2021, arXiv 2106.04159), which draws
+        ``rand() * (max_prob - min_prob) + min_prob`` per client, with numpy's generator here.
+
+        Args:
+          num_clients: N >= 1.
+          low, high: the range, ``0 <= low <= high <= 1``.
+          seed: seed of the host generator that draws the ``p_i`` (not the run's seed).
+
+        Returns:
+          ``Bernoulli(p)`` with ``p`` ``[N]`` float64.
+
+        Example:
+          >>> process = Bernoulli.uniform_range(1000, low=0.1, high=0.5, seed=0)
+        """
+        if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
+            raise ValueError(f"num_clients must be an integer >= 1, got {num_clients!r}")
+        _check_range(low, high, "low", "high")
+        p = np.random.default_rng(seed).uniform(low, high, int(num_clients))
+        return cls(p)
+
+    @classmethod
+    def label_correlated(
+        cls, labels: np.ndarray, p_min: float, p_max: float, max_label: int | None = None
+    ) -> Bernoulli:
+        """MIFA's adversarial mode: ``p_i = p_min + (p_max - p_min) * label_i / max_label``.
+
+        The availability probability rises with the client's smallest label, so the clients
+        holding low digits are rarely seen and plain FedAvg is biased towards the high digits.
+        Follows ``gen_avail_prob_adversarial`` in MIFA's code (``data/gen_avail_prob.py``), which
+        uses ``min(class_info[client]) / 9`` for 10 classes: pass ``max_label=9`` to match it
+        exactly when not every label occurs. FLGo's YMF mode is the same with
+        ``p_max = 1, p_min = 1 - beta``.
+
+        Args:
+          labels: ``[N]`` ints >= 0, each client's smallest label
+            (:meth:`fedjax_avail.FederatedData.client_labels`).
+          p_min, p_max: ``0 <= p_min <= p_max <= 1``; label 0 gets ``p_min``, ``max_label`` gets
+            ``p_max``.
+          max_label: the label that gets ``p_max``, >= ``max(labels)`` and >= 1; default
+            ``max(max(labels), 1)``.
+
+        Returns:
+          ``Bernoulli(p)`` with ``p`` ``[N]`` float64, non-decreasing in the label.
+
+        Example:
+          >>> labels = fd.client_labels()
+          >>> process = Bernoulli.label_correlated(labels, p_min=0.1, p_max=0.9, max_label=9)
+        """
+        labels = np.asarray(labels)
+        if labels.ndim != 1 or labels.size == 0 or not np.issubdtype(labels.dtype, np.integer):
+            raise ValueError(f"labels must be a non-empty [N] integer vector, got {labels.dtype} "
+                             f"{labels.shape}")
+        if labels.min() < 0:
+            raise ValueError(f"labels must be >= 0, got min {labels.min()}")
+        _check_range(p_min, p_max, "p_min", "p_max")
+        top = max(int(labels.max()), 1) if max_label is None else max_label
+        if not isinstance(top, (int, np.integer)) or top < max(int(labels.max()), 1):
+            raise ValueError(f"max_label must be an integer >= max(labels) = {labels.max()} and "
+                             f">= 1, got {max_label!r}")
+        return cls(p_min + (p_max - p_min) * labels.astype(np.float64) / top)
+
     def init(self, key: jax.Array, num_clients: int) -> State:
         del key
-        p = np.asarray(self.p, np.float32)
+        p = np.asarray(self.p, np.float64)
         if p.ndim == 1 and p.shape[0] != num_clients:
             raise ValueError(f"p has {p.shape[0]} entries but there are {num_clients} clients")
-        return jnp.broadcast_to(jnp.asarray(p), (num_clients,))
+        return _bits.threshold(np.broadcast_to(p, (num_clients,)))  # [N] uint32
 
     def step(self, state: State, t: jax.Array, key: jax.Array) -> tuple[State, jax.Array]:
         del t
-        return state, jax.random.uniform(key, state.shape) < state
+        return state, _bits.below(_bits.client_bits(key, state.shape[0]), state)
+
+
+def _check_range(low: float, high: float, low_name: str, high_name: str) -> None:
+    if not 0.0 <= low <= high <= 1.0:
+        raise ValueError(f"{low_name} and {high_name} must satisfy 0 <= {low_name} <= {high_name} "
+                         f"<= 1, got {low_name}={low!r}, {high_name}={high!r}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedjax_avail.availability import HourOfDay
 from fedjax_avail.data._federated import FederatedData
 
 
@@ -112,7 +113,5 @@ def sleep_start_hours(fd: FederatedData, window: int = 8, key: str = "hour") -> 
     """
     if not 1 <= int(window) <= 24:
         raise ValueError(f"window must be in [1, 24], got {window}")
-    counts = hourly_counts(fd, key)
-    cumulative = np.cumsum(np.concatenate([0 * counts[:, :1], counts, counts], 1), axis=1)
-    tweets_in_window = cumulative[:, int(window) : int(window) + 24] - cumulative[:, :24]
-    return np.argmin(tweets_in_window, axis=1).astype(np.int32)
+    quiet = HourOfDay.quietest_window(hourly_counts(fd, key), hours=int(window))
+    return np.asarray(quiet.start_hour, np.int32)

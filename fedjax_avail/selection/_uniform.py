@@ -5,12 +5,16 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from fedjax_avail import _bits
+
 
 def uniform(key: jax.Array, available: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     """Picks k available clients uniformly at random without replacement.
 
-    Every available client gets an independent Uniform(0, 1) score and unavailable ones score -1;
-    the k highest scores win, so any k-subset of the available clients is equally likely.
+    Every available client gets an independent uniform 31-bit integer score (one Threefry word
+    per client, :mod:`fedjax_avail._bits`) and unavailable ones score -1; the k highest scores
+    win, so any k-subset of the available clients is equally likely (up to ties, probability
+    about K^2 / 2^32).
 
     Args:
       key: PRNG key.
@@ -23,6 +27,7 @@ def uniform(key: jax.Array, available: jax.Array, k: int) -> tuple[jax.Array, ja
       clients and must not be used).
     """
     available = jnp.asarray(available)
-    scores = jnp.where(available, jax.random.uniform(key, available.shape), -1.0)
+    words = _bits.client_bits(key, available.shape[0])
+    scores = jnp.where(available, (words >> 1).astype(jnp.int32), -1)
     _, cohort = jax.lax.top_k(scores, k)
     return cohort, available[cohort]
