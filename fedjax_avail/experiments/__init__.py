@@ -1,6 +1,10 @@
 """Named experiments that reproduce the papers' figures; ``fedjax-avail run NAME``."""
 
 from fedjax_avail.experiments._analysis import dominant_period, oscillation_amplitude
+from fedjax_avail.experiments._availability_sweep import (
+    AVAILABILITY_MNIST,
+    AVAILABILITY_SWEEP_MNIST,
+)
 from fedjax_avail.experiments._experiment import (
     Experiment,
     RunOutcome,
@@ -36,6 +40,8 @@ REGISTRY: dict[str, Experiment | Sweep] = {
         FEDLAAVG_SENTIMENT140_FIG6,
         FEDLAAVG_SENTIMENT140_FIG7_N,
         FEDLAAVG_SENTIMENT140_FIG7_BETA,
+        AVAILABILITY_MNIST,
+        AVAILABILITY_SWEEP_MNIST,
     )
 }
 
@@ -48,6 +54,8 @@ def get(name: str) -> Experiment | Sweep:
 
 
 __all__ = [
+    "AVAILABILITY_MNIST",
+    "AVAILABILITY_SWEEP_MNIST",
     "DEFAULT",
     "FEDLAAVG_MNIST",
     "REGISTRY",

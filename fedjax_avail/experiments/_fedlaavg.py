@@ -40,26 +40,36 @@ def algorithms_from_config(config: dict[str, Any]) -> dict[str, algorithms.Algor
     return {name: factories[name]() for name in config["algorithms"]}
 
 
-def _setup(config: dict[str, Any], train, test, task) -> Setup:
+def _diurnal(config: dict[str, Any], fd: data.FederatedData) -> availability.AvailabilityProcess:
+    return availability.diurnal(fd.client_labels(), D=config["D"], E=config["E"])
+
+
+def setup_one_label(config: dict[str, Any], train, test, task, make_process=_diurnal) -> Setup:
+    """One label per client (``one_label_per_client``), the process ``make_process(config, fd)``
+    and the configured algorithms; the amplitude window is 2E."""
     fd = data.one_label_per_client(train["x"], train["y"], config["num_clients"],
                                    seed=config["seed"])
-    process = availability.diurnal(fd.client_labels(), D=config["D"], E=config["E"])
-    return Setup(task, fd, test, process, algorithms_from_config(config), window=2 * config["E"])
+    return Setup(task, fd, test, make_process(config, fd), algorithms_from_config(config),
+                 window=2 * config["E"])
 
 
 def _build_digits(config: dict[str, Any]) -> Setup:
     train, test = data.load_digits(seed=config["seed"])
-    return _setup(config, train, test, tasks.logistic_regression(64, 10))
+    return setup_one_label(config, train, test, tasks.logistic_regression(64, 10))
+
+
+def load_mnist_for(config: dict[str, Any]) -> tuple[dict, dict]:
+    """MNIST from ``config["source"]``: ``"idx"`` files in ``config["data_dir"]`` or ``"tfds"``."""
+    if config["source"] == "tfds":
+        return data.load_mnist_tfds()
+    if config["source"] == "idx":
+        return data.load_mnist(config["data_dir"])
+    raise ValueError(f"source must be 'idx' or 'tfds', got {config['source']!r}")
 
 
 def _build_mnist(config: dict[str, Any]) -> Setup:
-    if config["source"] == "tfds":
-        train, test = data.load_mnist_tfds()
-    elif config["source"] == "idx":
-        train, test = data.load_mnist(config["data_dir"])
-    else:
-        raise ValueError(f"source must be 'idx' or 'tfds', got {config['source']!r}")
-    return _setup(config, train, test, tasks.logistic_regression(784, 10))
+    train, test = load_mnist_for(config)
+    return setup_one_label(config, train, test, tasks.logistic_regression(784, 10))
 
 
 DEFAULT = Experiment(
