@@ -63,6 +63,9 @@ def _check_args(fd, rounds, eval_every, client_chunk) -> None:
     for name, value in (("rounds", rounds), ("eval_every", eval_every)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if rounds >= 2**24:
+        raise ValueError(f"rounds must be < 2**24 (participation stamps are compared as float32), "
+                         f"got {rounds}")
     if client_chunk is not None and (not isinstance(client_chunk, int) or client_chunk < 1):
         raise ValueError(f"client_chunk must be None or an integer >= 1, got {client_chunk!r}")
 

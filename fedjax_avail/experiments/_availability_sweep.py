@@ -8,7 +8,7 @@ processes whose long-run share of available clients is the same ``mean_availabil
 * ``markov``: bursty on/off chains, ``p_off = markov_p_off`` and ``p_on = p_off m / (1 - m)``
   (mean on-run ``1 / p_off`` rounds);
 * ``label-correlated``: MIFA's adversarial Bernoulli, ``p_i = m - s + 2 s label_i / 9`` with
-  ``s = min(m, 1 - m)``, mean m over the ten digits;
+  ``s = 0.8 min(m, 1 - m)`` (so every client has p_i > 0), mean m over the ten digits;
 * ``periodic``: ``round(1 / m)`` random groups of clients take turns for E rounds each;
 * ``hour-of-day``: each client ``round(24 m)`` hours a day from a random start hour,
   ``rounds_per_hour`` rounds an hour.
@@ -45,7 +45,7 @@ def make_process(
         p_off = config["markov_p_off"]
         return availability.Markov(p_on=p_off * m / (1 - m), p_off=p_off)
     if name == "label-correlated":
-        spread = min(m, 1 - m)
+        spread = 0.8 * min(m, 1 - m)  # p_i > 0: every client is seen eventually
         return availability.Bernoulli.label_correlated(fd.client_labels(), m - spread, m + spread,
                                                        max_label=9)
     if name == "periodic":
