@@ -37,9 +37,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -48,10 +45,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _common import machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
 
 import fedjax_avail as fa
 from fedjax_avail import _keys
-from fedjax_avail._io import atomic_write_text
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "availability_overhead.json"
@@ -66,17 +63,6 @@ CLIENT_LR = 0.01
 SEED = 0
 TARGET_OVERHEAD = 0.10
 
-
-def machine_info() -> dict[str, Any]:
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "jax_version": jax.__version__,
-        "jax_backend": jax.default_backend(),
-        "jax_devices": [str(d) for d in jax.devices()],
-    }
 
 
 PROCESS_DESCRIPTIONS = {
@@ -209,7 +195,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "target_overhead": TARGET_OVERHEAD,
         "results": rows,
     }
-    atomic_write_text(args.out, json.dumps(payload, indent=2) + "\n")
+    write_json(args.out, payload)
 
     print(f"\nN = {n}, FedAvg K={CLIENTS_PER_ROUND} C={LOCAL_STEPS} B={BATCH_SIZE}, "
           f"R = {args.rounds}, median of {args.repeats}; {payload['machine']['cpu_count']} CPUs, "

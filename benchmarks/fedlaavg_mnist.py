@@ -33,11 +33,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
-import platform
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +43,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _common import machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
 from jax.flatten_util import ravel_pytree
 
 import fedjax_avail as fa
@@ -81,30 +79,7 @@ def default_data_dir() -> Path:
     return Path(env) if env else REPO_ROOT.parent / "shared" / "data" / "mnist"
 
 
-def machine_info() -> dict[str, Any]:
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "jax_version": jax.__version__,
-        "jax_backend": jax.default_backend(),
-        "jax_devices": [str(d) for d in jax.devices()],
-    }
 
-
-def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    """Writes ``payload`` as JSON to ``path`` via a temporary file and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def run_vectorised(
@@ -321,7 +296,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ),
         },
     }
-    write_json_atomic(args.out, payload)
+    write_json(args.out, payload)
 
     v, ref, tg = vectorised, reference, payload["targets"]
     print(f"machine: {payload['machine']['platform']}, {payload['machine']['cpu_count']} CPUs, "

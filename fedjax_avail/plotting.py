@@ -45,11 +45,18 @@ def plot_histories(
     fig.suptitle(title)
     fig.tight_layout()
     if path is not None:
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=120)
-        atomic_write_bytes(path, buffer.getvalue())
-        plt.close(fig)
+        save_png(fig, path)
     return fig
+
+
+def save_png(fig, path: str | Path, dpi: int = 120) -> None:
+    """Writes a figure as PNG atomically and closes it."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    atomic_write_bytes(path, buffer.getvalue())
+    plt.close(fig)
 
 
 def plot_grid(
@@ -81,7 +88,4 @@ def plot_grid(
     axes[0, 0].legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    atomic_write_bytes(path, buffer.getvalue())
-    plt.close(fig)
+    save_png(fig, path, dpi=110)

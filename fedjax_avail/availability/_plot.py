@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import numpy as np
 
-from fedjax_avail._io import atomic_write_bytes
 from fedjax_avail.availability._combine import Combined
 from fedjax_avail.availability._gaps import longest_gap
 from fedjax_avail.availability._process import AvailabilityProcess
 from fedjax_avail.availability._sample import sample
+from fedjax_avail.plotting import save_png
 
 
 def _name(process) -> str:
@@ -84,8 +83,5 @@ def plot_availability(
                  f"E = {longest_gap(masks) + 1} over {steps} steps", fontsize=10)
     fig.tight_layout()
     if path is not None:
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=120)
-        atomic_write_bytes(path, buffer.getvalue())
-        plt.close(fig)
+        save_png(fig, path)
     return fig
