@@ -138,14 +138,8 @@ def run(
 
 
 def _write(out_dir: Path, experiment: Experiment, config, histories, summary) -> None:
-    header = None
-    lines = []
-    for name, history in histories.items():
-        columns = ["algorithm", *history.columns]
-        header = header or columns
-        for row in history:
-            lines.append(",".join([name, *(repr(float(row.get(c, np.nan))) for c in header[1:])]))
-    atomic_write_text(out_dir / "metrics.csv", "\n".join([",".join(header), *lines]) + "\n")
+    History([{"algorithm": name, **row} for name, history in histories.items()
+             for row in history]).to_csv(out_dir / "metrics.csv")
     atomic_write_text(
         out_dir / "config.json",
         json.dumps({"experiment": experiment.name, **config}, indent=2, default=str) + "\n",

@@ -15,7 +15,7 @@ from typing import Any
 from fedjax_avail import availability, data, tasks
 from fedjax_avail.experiments._experiment import Experiment, Setup
 from fedjax_avail.experiments._fedlaavg import FIG4_ALGORITHMS, algorithms_from_config
-from fedjax_avail.experiments._sweep import Sweep
+from fedjax_avail.experiments._sweep import BETA_SETTINGS, N_SETTINGS, Sweep
 
 
 def _build(config: dict[str, Any]) -> Setup:
@@ -70,7 +70,7 @@ FEDLAAVG_SENTIMENT140_FIG7_N = Sweep(
     name="fedlaavg-sentiment140-fig7-n",
     description="FedLaAvg Fig. 7a/11a (Sentiment140): FedLaAvg for several N (beta = 0.1)",
     base=FEDLAAVG_SENTIMENT140,
-    settings={f"N={n}": dict(num_clients=n, clients_per_round=n // 10) for n in (200, 500, 1000)},
+    settings=N_SETTINGS,
     defaults=dict(algorithms=("fedlaavg",)),
     overlay=True,
 )
@@ -79,7 +79,7 @@ FEDLAAVG_SENTIMENT140_FIG7_BETA = Sweep(
     name="fedlaavg-sentiment140-fig7-beta",
     description="FedLaAvg Fig. 7b/11b (Sentiment140): FedLaAvg for several beta (N = 1000)",
     base=FEDLAAVG_SENTIMENT140,
-    settings={f"beta={b}": dict(clients_per_round=int(b * 1000)) for b in (0.05, 0.1, 0.2, 0.5)},
+    settings=BETA_SETTINGS,
     defaults=dict(algorithms=("fedlaavg",)),
     overlay=True,
 )

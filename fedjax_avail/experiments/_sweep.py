@@ -12,6 +12,13 @@ from fedjax_avail._io import atomic_write_text
 from fedjax_avail.experiments._experiment import Experiment, RunOutcome, run
 from fedjax_avail.plotting import plot_grid, plot_histories
 
+# FedLaAvg Fig. 5/9 and 7/11 vary N (beta = 0.1) and beta (N = 1000) without giving the values
+# (spec sec. 4.4); these span the text's N = 200 and the defaults N = 1000, beta = 0.1.
+N_SETTINGS = {f"N={n}": dict(num_clients=n, clients_per_round=n // 10) for n in (200, 500, 1000)}
+BETA_SETTINGS = {
+    f"beta={b}": dict(clients_per_round=int(b * 1000)) for b in (0.05, 0.1, 0.2, 0.5)
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class Sweep:
