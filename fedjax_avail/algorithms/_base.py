@@ -43,7 +43,12 @@ class Algorithm(Protocol):
 
 
 def check_local_training(
-    clients_per_round: int, local_steps: int, batch_size: int, lr: float, lr_name: str
+    clients_per_round: int,
+    local_steps: int,
+    batch_size: int,
+    lr: float,
+    lr_name: str,
+    server_lr: float | None = None,
 ) -> None:
     """Raises ValueError naming the first hyperparameter outside its allowed range."""
     for name, value in (
@@ -55,6 +60,8 @@ def check_local_training(
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     if not lr > 0:
         raise ValueError(f"{lr_name} must be > 0, got {lr!r}")
+    if server_lr is not None and not server_lr > 0:
+        raise ValueError(f"server_lr must be > 0, got {server_lr!r}")
 
 
 def check_cohort_fits(clients_per_round: int, num_clients: int) -> None:

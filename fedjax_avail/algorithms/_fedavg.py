@@ -65,10 +65,9 @@ class FedAvg:
 
     def __post_init__(self):
         check_local_training(
-            self.clients_per_round, self.local_steps, self.batch_size, self.client_lr, "client_lr"
+            self.clients_per_round, self.local_steps, self.batch_size, self.client_lr, "client_lr",
+            self.server_lr,
         )
-        if not self.server_lr > 0:
-            raise ValueError(f"server_lr must be > 0, got {self.server_lr!r}")
         if self.weighting not in ("uniform", "data_size"):
             raise ValueError(f"weighting must be 'uniform' or 'data_size', got {self.weighting!r}")
         if not self.mu >= 0:

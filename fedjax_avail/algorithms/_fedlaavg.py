@@ -69,10 +69,9 @@ class FedLaAvg:
 
     def __post_init__(self):
         check_local_training(
-            self.clients_per_round, self.local_steps, self.batch_size, self.client_lr, "client_lr"
+            self.clients_per_round, self.local_steps, self.batch_size, self.client_lr, "client_lr",
+            self.server_lr,
         )
-        if not self.server_lr > 0:
-            raise ValueError(f"server_lr must be > 0, got {self.server_lr!r}")
 
     def _optimizer(self):
         return server.server_optimizer("sgd", self.server_lr)

@@ -80,10 +80,9 @@ class MIFA:
 
     def __post_init__(self):
         check_local_training(
-            self.clients_per_round, self.local_steps, self.batch_size, self.client_lr, "client_lr"
+            self.clients_per_round, self.local_steps, self.batch_size, self.client_lr, "client_lr",
+            self.server_lr,
         )
-        if not self.server_lr > 0:
-            raise ValueError(f"server_lr must be > 0, got {self.server_lr!r}")
 
     def validate(self, num_clients: int) -> None:
         check_cohort_fits(self.clients_per_round, num_clients)
