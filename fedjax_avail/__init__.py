@@ -6,8 +6,9 @@ All N clients live on a leading array axis; a round is a pure function, a run is
 
 from fedjax_avail import algorithms, availability, cohort, data, selection, tasks
 from fedjax_avail.data import FederatedData
-from fedjax_avail.engine import DivergenceError, Result, simulate
+from fedjax_avail.engine import DivergenceError, Interrupted, Result, simulate
 from fedjax_avail.history import History
+from fedjax_avail.memory import MemoryEstimate, estimate_memory
 from fedjax_avail.tasks import Task
 
 __version__ = "0.1.0"
@@ -16,6 +17,8 @@ __all__ = [
     "DivergenceError",
     "FederatedData",
     "History",
+    "Interrupted",
+    "MemoryEstimate",
     "Result",
     "Task",
     "__version__",
@@ -23,6 +26,7 @@ __all__ = [
     "availability",
     "cohort",
     "data",
+    "estimate_memory",
     "selection",
     "simulate",
     "tasks",

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
 from fedjax_avail import experiments
+from fedjax_avail.engine import Interrupted
 
 
 def _defaults(experiment) -> dict:
@@ -43,6 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     run_parser.add_argument("--out", type=Path, default=None,
                             help="output directory (default: runs/NAME)")
     run_parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    run_parser.add_argument("--resume", action="store_true",
+                            help="continue an interrupted run from the checkpoints in --out")
+    run_parser.add_argument("--checkpoint-every", type=int, default=None, metavar="ROUNDS",
+                            help="rounds between checkpoints (default: 10 evaluations)")
     commands.add_parser("list", help="list the experiments and their settings")
     args = parser.parse_args(argv)
 
@@ -60,15 +66,22 @@ def main(argv: list[str] | None = None) -> int:
         experiment = experiments.get(args.name)
         overrides = _overrides(experiment, args.settings)
         out_dir = args.out or Path("runs") / experiment.name
+        options = dict(progress=not args.no_progress, resume=args.resume,
+                       checkpoint_every=args.checkpoint_every)
         if isinstance(experiment, experiments.Sweep):
-            outcomes = experiments.run_sweep(experiment, overrides, out_dir,
-                                             progress=not args.no_progress)
+            outcomes = experiments.run_sweep(experiment, overrides, out_dir, **options)
         else:
-            outcomes = {"": experiments.run(experiment, overrides, out_dir,
-                                            progress=not args.no_progress)}
-    except (ValueError, FileNotFoundError) as error:
+            outcomes = {"": experiments.run(experiment, overrides, out_dir, **options)}
+    except (ValueError, FileNotFoundError, MemoryError) as error:
         print(f"fedjax-avail: error: {error}", file=sys.stderr)
         return 2
+    except Interrupted as interrupted:
+        command = ["fedjax-avail", "run", experiment.name, *(
+            a for pair in args.settings for a in ("--set", pair)), "--out", str(out_dir),
+            "--resume"]
+        print(f"\nfedjax-avail: {interrupted}; finished results are in {out_dir}/. Resume "
+              f"with:\n  {shlex.join(command)}", file=sys.stderr)
+        return 130
     for label, outcome in outcomes.items():
         if label:
             print(f"\n== {label}")

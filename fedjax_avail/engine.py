@@ -1,9 +1,15 @@
 """The engine: builds the state, runs rounds as a compiled ``lax.scan`` in chunks, evaluates.
 
-One round is a pure function ``(algorithm state, availability state) -> (states, metrics)``;
-rounds ``[a, b)`` run as one ``jit``-compiled ``lax.scan`` whose state buffers are donated, so
-they are updated in place. Between chunks (every ``eval_every`` rounds) the host evaluates the
-global model and moves the progress bar; nothing else crosses to the host.
+One round is a pure function ``(algorithm state, availability state, health) -> (states,
+metrics)``; rounds ``[a, b)`` run as one ``jit``-compiled ``lax.scan`` whose state buffers are
+donated, so they are updated in place. Between chunks (every ``eval_every`` rounds, and at
+checkpoints) the host evaluates the global model, saves a checkpoint and moves the progress
+bar; nothing else crosses to the host.
+
+Before anything is compiled or allocated, every input is checked (``inputs.py``) and the run's
+device memory is predicted (``memory.py``). Every round checks that the global model is finite
+(a flag carried in the scan), so a diverging run stops at the end of the chunk in which it
+diverged, naming the round.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -19,14 +26,18 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from fedjax_avail import _keys
+from fedjax_avail import _keys, inputs, memory
+from fedjax_avail._interrupt import StopOnInterrupt
 from fedjax_avail.algorithms import Algorithm, RoundInput
-from fedjax_avail.availability import AvailabilityProcess
+from fedjax_avail.availability import AvailabilityProcess, reports_of
+from fedjax_avail.checkpoint import RunCheckpointer, fingerprint
 from fedjax_avail.data import FederatedData
 from fedjax_avail.evaluation import make_evaluator
 from fedjax_avail.history import History
 from fedjax_avail.local import Problem
 from fedjax_avail.tasks import Task
+
+_HEALTHY = -1  # the health flag: the first round whose global model was not finite, else -1
 
 
 @dataclasses.dataclass
@@ -39,7 +50,11 @@ class Result:
       round_metrics: per-round metrics, each ``[R]`` (``num_available``, ``num_selected``, ...).
       state: the algorithm's final state.
       timing: seconds: ``compile`` (all compilations), ``run`` (rounds, compile excluded),
-        ``eval`` (evaluations), ``total`` (wall time of ``simulate``); ``s_per_round`` = run / R.
+        ``eval`` (evaluations), ``total`` (wall time of ``simulate``); ``s_per_round`` = run / R
+        (rounds run by this call: a resumed run times only what it ran).
+      memory: ``estimated`` device bytes (:func:`fedjax_avail.estimate_memory`); ``held``: bytes
+        of the device arrays this run held after its first chunk (data, states); ``working_set``:
+        XLA's temporary buffers of the compiled round chunk; ``measured`` = held + working set.
     """
 
     params: Any
@@ -47,6 +62,7 @@ class Result:
     round_metrics: dict[str, np.ndarray]
     state: Any
     timing: dict[str, float]
+    memory: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 class DivergenceError(RuntimeError):
@@ -57,21 +73,30 @@ class DivergenceError(RuntimeError):
         self.result = result
 
 
-def _check_args(fd, rounds, eval_every, client_chunk) -> None:
-    if not isinstance(fd, FederatedData):
-        raise TypeError(f"data must be a FederatedData, got {type(fd).__name__}")
-    for name, value in (("rounds", rounds), ("eval_every", eval_every)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if rounds >= 2**24:
-        raise ValueError(f"rounds must be < 2**24 (participation stamps are compared as float32), "
-                         f"got {rounds}")
-    if client_chunk is not None and (not isinstance(client_chunk, int) or client_chunk < 1):
-        raise ValueError(f"client_chunk must be None or an integer >= 1, got {client_chunk!r}")
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped the run at a chunk boundary; ``.result`` holds what was recorded.
+
+    ``.checkpoint_dir`` is where the state was saved (None without checkpointing); calling
+    ``simulate`` again with the same arguments resumes from it.
+    """
+
+    def __init__(self, message: str, result: Result, checkpoint_dir: Path | None):
+        super().__init__(message)
+        self.result, self.checkpoint_dir = result, checkpoint_dir
 
 
-def _pooled(test_data: FederatedData | Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return test_data.pooled() if isinstance(test_data, FederatedData) else dict(test_data)
+def _finite(tree) -> jax.Array:
+    leaves = [jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)
+              if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+def _boundaries(done: int, rounds: int, every: tuple[int, ...]) -> list[int]:
+    """Round counts at which chunks end: multiples of each of ``every``, and ``rounds``."""
+    ends = {rounds}
+    for step in every:
+        ends.update(range((done // step + 1) * step, rounds, step))
+    return sorted(e for e in ends if e > done)
 
 
 def simulate(
@@ -88,6 +113,9 @@ def simulate(
     eval_batch_size: int = 4096,
     progress: bool = False,
     desc: str | None = None,
+    checkpoint_dir: str | Path | None = None,
+    checkpoint_every: int | None = None,
+    check_memory: bool = True,
 ) -> Result:
     """Runs ``rounds`` rounds of ``algorithm`` under ``availability``; round r uses mask r.
 
@@ -99,13 +127,19 @@ def simulate(
       rounds: R >= 1.
       seed: one seed for everything (model init, availability, selection, batches). Round r's
         randomness depends on (seed, r) only, so results are bit-identical whatever
-        ``eval_every`` or ``client_chunk``.
+        ``eval_every``, ``client_chunk`` or checkpointing.
       eval_every: evaluate every this many rounds (and after round 0 and the last round).
-      test_data: optional held-out examples (a dict of arrays or FederatedData).
+      test_data: optional held-out examples (a dict of ``[M, ...]`` arrays or FederatedData).
       client_chunk: train the cohort in sequential chunks of this many clients (memory bound).
       eval_batch_size: examples per evaluation block.
       progress: show a tqdm bar over rounds (rounds/s, current training loss).
       desc: the progress bar's label.
+      checkpoint_dir: save the run there (orbax) every ``checkpoint_every`` rounds and at the
+        end; if it already holds a checkpoint of this same run, continue from the newest one
+        (bit-identical to an uninterrupted run). A checkpoint of a different run is an error.
+      checkpoint_every: rounds between checkpoints (default ``eval_every``).
+      check_memory: refuse a run whose predicted device memory
+        (:func:`fedjax_avail.estimate_memory`) exceeds what is free.
 
     Returns:
       a :class:`Result`. ``history`` holds ``train_loss`` (mean over all clients' examples, the
@@ -113,36 +147,51 @@ def simulate(
       ``test_loss`` and ``test_<name>`` when ``test_data`` is given.
 
     Raises:
-      ValueError / TypeError: bad arguments, before any compilation.
-      DivergenceError: the training loss became NaN/Inf; its ``.result`` keeps the history so far.
+      ValueError / TypeError: bad arguments or data, before anything is compiled.
+      MemoryError: the run cannot fit in device memory (before anything is allocated).
+      DivergenceError: the global model or the training loss became NaN/Inf; the message names
+        the round, and ``.result`` keeps the history so far.
+      Interrupted: Ctrl-C; the run stops at the next chunk boundary, saving a checkpoint when
+        ``checkpoint_dir`` is set; ``.result`` keeps the history so far.
     """
     start_time = time.perf_counter()
-    _check_args(data, rounds, eval_every, client_chunk)
+    test_arrays = inputs.check_simulate_args(
+        task, data, algorithm, availability, rounds, seed, eval_every, test_data, client_chunk,
+        eval_batch_size, checkpoint_every)
     num_clients = data.num_clients
-    algorithm.validate(num_clients)
+    estimate = memory.estimate_memory(task, data, algorithm, availability, test_data=test_arrays,
+                                      client_chunk=client_chunk)
+    if check_memory:
+        memory.check_fits(estimate, memory.available_bytes())
+    baseline_bytes = sum(a.nbytes for a in jax.live_arrays())
+
     keys = _keys.run_keys(seed)
-    avail_state = availability.init(keys.availability_init, num_clients)
     params = task.init(keys.params)
-    carry = (algorithm.init(params, num_clients), avail_state)
+    carry = (algorithm.init(params, num_clients),
+             availability.init(keys.availability_init, num_clients),
+             jnp.int32(_HEALTHY))
+    checkpointer = None
+    if checkpoint_dir is not None:
+        checkpointer = RunCheckpointer(checkpoint_dir, fingerprint(
+            algorithm, availability, seed, data.arrays, data.counts,
+            jax.eval_shape(task.init, keys.params)))
     device_data = jax.device_put(data)
-
-    evaluators = {"train": make_evaluator(task, data.pooled(), eval_batch_size)}
-    if test_data is not None:
-        evaluators["test"] = make_evaluator(task, _pooled(test_data), eval_batch_size)
-
-    reports_fn = getattr(availability, "reports", None)  # drop-outs (availability.dropout)
+    evaluators = {"train": make_evaluator(task, device_data.arrays, eval_batch_size)}
+    if test_arrays is not None:
+        evaluators["test"] = make_evaluator(task, test_arrays, eval_batch_size)
 
     def run_chunk(carry, data, round_ids):
         problem = Problem(task, data, client_chunk)
 
         def one_round(carry, r):
-            alg_state, avail_state = carry
+            alg_state, avail_state, health = carry
             avail_key = _keys.availability_key(keys, r)
             avail_state, mask = availability.step(avail_state, r, avail_key)
-            reports = reports_fn(mask, r, avail_key) if reports_fn is not None else None
-            inputs = RoundInput(r, mask, _keys.algorithm_key(keys, r), reports)
-            alg_state, metrics = algorithm.round(alg_state, inputs, problem)
-            return (alg_state, avail_state), {"num_available": jnp.sum(mask), **metrics}
+            reports = reports_of(availability, mask, r, avail_key)
+            round_input = RoundInput(r, mask, _keys.algorithm_key(keys, r), reports)
+            alg_state, metrics = algorithm.round(alg_state, round_input, problem)
+            health = jnp.where((health == _HEALTHY) & ~_finite(alg_state.params), r, health)
+            return (alg_state, avail_state, health), {"num_available": jnp.sum(mask), **metrics}
 
         return jax.lax.scan(one_round, carry, round_ids)
 
@@ -153,7 +202,14 @@ def simulate(
     for evaluator in evaluators.values():
         evaluator.compile(params)
     timing["compile"] += time.perf_counter() - t0
-    history, per_round = History(), []
+    history, per_round, done = History(), [], 0
+    measured: dict[str, int] = {"estimated": estimate.total}
+
+    restored = checkpointer.restore(jax.eval_shape(lambda: carry)) if checkpointer else None
+    if restored is not None:
+        done, carry = restored.done, restored.carry
+        history = History(restored.rows)
+        per_round = [restored.round_metrics] if done else []
 
     def evaluate(done: int) -> dict[str, float]:
         t0 = time.perf_counter()
@@ -167,37 +223,77 @@ def simulate(
         return row
 
     def result() -> Result:
-        keys = per_round[0] if per_round else {}
-        metrics = {k: np.concatenate([m[k] for m in per_round]) for k in keys}
+        names = per_round[0] if per_round else {}
+        metrics = {k: np.concatenate([m[k] for m in per_round]) for k in names}
         timing["total"] = time.perf_counter() - start_time
-        timing["s_per_round"] = timing["run"] / max(len(metrics.get("num_available", ())), 1)
-        return Result(carry[0].params, history, metrics, carry[0], dict(timing))
+        ran = done - (restored.done if restored else 0)
+        timing["s_per_round"] = timing["run"] / max(ran, 1)
+        if "held" in measured:
+            measured["measured"] = measured["held"] + measured.get("working_set", 0)
+        return Result(carry[0].params, history, metrics, carry[0], dict(timing), measured)
 
-    bar = tqdm(total=rounds, disable=not progress, desc=desc, unit="round", mininterval=1.0)
-    evaluate(0)
-    done = 0
-    while done < rounds:
-        length = min(eval_every, rounds - done)
-        round_ids = jnp.arange(done, done + length, dtype=jnp.int32)
-        if length not in compiled:
-            t0 = time.perf_counter()
-            compiled[length] = jitted.lower(carry, device_data, round_ids).compile()
-            timing["compile"] += time.perf_counter() - t0
-        t0 = time.perf_counter()
-        carry, metrics = compiled[length](carry, device_data, round_ids)
-        jax.block_until_ready(carry)
-        timing["run"] += time.perf_counter() - t0
-        per_round.append(jax.device_get(metrics))
-        done += length
-        row = evaluate(done)
-        bar.update(length)
-        bar.set_postfix(train_loss=f"{row['train_loss']:.4f}")
+    def save() -> None:
+        if checkpointer is not None:
+            names = per_round[0] if per_round else {}
+            checkpointer.save(done, carry, history.rows,
+                              {k: np.concatenate([m[k] for m in per_round]) for k in names})
+
+    def diverged(message: str) -> DivergenceError:
+        return DivergenceError(f"{message}. Error.result holds the history so far.", result())
+
+    if restored is None:
+        row = evaluate(0)
         if not math.isfinite(row["train_loss"]):
-            bar.close()
-            raise DivergenceError(
-                f"training loss is {row['train_loss']} after round {done}: the run diverged "
-                "(try a smaller client_lr or server_lr). Error.result holds the history so far.",
-                result(),
-            )
+            raise diverged(f"the training loss of the initial model (round 0) is "
+                           f"{row['train_loss']}: the task's init or loss gives NaN/Inf before "
+                           "any training (check the model and the data)")
+    bar = tqdm(total=rounds, initial=done, disable=not progress, desc=desc, unit="round",
+               mininterval=1.0)
+    every = (eval_every,) + ((checkpoint_every or eval_every,) if checkpointer else ())
+    with StopOnInterrupt() as interrupt:
+        for end in _boundaries(done, rounds, every):
+            length = end - done
+            round_ids = jnp.arange(done, end, dtype=jnp.int32)
+            if length not in compiled:
+                t0 = time.perf_counter()
+                compiled[length] = jitted.lower(carry, device_data, round_ids).compile()
+                timing["compile"] += time.perf_counter() - t0
+                analysis = compiled[length].memory_analysis()
+                temp = int(getattr(analysis, "temp_size_in_bytes", 0) or 0)
+                measured["working_set"] = max(measured.get("working_set", 0), temp)
+            t0 = time.perf_counter()
+            carry, metrics = compiled[length](carry, device_data, round_ids)
+            jax.block_until_ready(carry)
+            timing["run"] += time.perf_counter() - t0
+            if "held" not in measured:
+                measured["held"] = sum(a.nbytes for a in jax.live_arrays()) - baseline_bytes
+            per_round.append(jax.device_get(metrics))
+            done = end
+            if end % eval_every == 0 or end == rounds:
+                row = evaluate(done)
+                bar.set_postfix(train_loss=f"{row['train_loss']:.4f}")
+            bar.update(length)
+            bad_round = int(carry[2])
+            if bad_round != _HEALTHY:
+                bar.close()
+                raise diverged(
+                    f"the global model became NaN/Inf in round {bad_round} (the run diverged; "
+                    "try a smaller client_lr or server_lr, and check the data)")
+            if not math.isfinite(history.rows[-1]["train_loss"]):
+                bar.close()
+                raise diverged(f"the training loss is {history.rows[-1]['train_loss']} after "
+                               f"round {history.rows[-1]['round']} while the model is finite "
+                               "(the loss overflows)")
+            if checkpointer and (end % (checkpoint_every or eval_every) == 0 or end == rounds
+                                 or interrupt.requested):
+                save()
+            if interrupt.requested and end < rounds:
+                bar.close()
+                where = checkpointer.directory if checkpointer else None
+                raise Interrupted(
+                    f"interrupted after round {done} of {rounds}"
+                    + (f"; saved to {where}, run again with the same arguments to resume"
+                       if where else " (no checkpoint_dir: nothing saved)"),
+                    result(), where)
     bar.close()
     return result()

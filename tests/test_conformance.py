@@ -19,7 +19,9 @@ ALGORITHMS = {
     "fedprox": lambda: fa.algorithms.FedProx(**KW, client_lr=0.02, mu=0.5),
     "fedadam": lambda: fa.algorithms.FedAdam(**KW, client_lr=0.02, server_lr=0.01),
     "fedlaavg": lambda: fa.algorithms.FedLaAvg(**KW, client_lr=0.02),
-    "mifa": lambda: fa.algorithms.MIFA(**KW, client_lr=0.02, lr_decay=False, wait_for_all=False),
+    "mifa": lambda: fa.algorithms.MIFA(**KW, client_lr=0.02, lr_decay=False,
+                                   start="immediately"),
+    "mifa_after_all_seen": lambda: fa.algorithms.MIFA(**KW, client_lr=0.02, lr_decay=False),
     "sequential": lambda: fa.algorithms.SequentialSGD(**KW, lr=0.004),
 }
 

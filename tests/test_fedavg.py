@@ -56,7 +56,9 @@ def test_fedavg_and_fedprox_match_plain_per_client_loop(digits, mu):
     alg = fa.algorithms.FedAvg(clients_per_round=4, local_steps=3, batch_size=2, client_lr=0.2,
                                server_lr=0.8, mu=mu)
     result = fa.simulate(task, fd, alg, process, rounds=10, seed=7, eval_every=10)
-    expected = loop.fedavg(task, fd, process, 10, 7, K=4, C=3, B=2, lr=0.2, mu=mu, server_lr=0.8)
+    masks = loop.bernoulli_masks(0.3, fd.num_clients, 10, seed=7)
+    np.testing.assert_array_equal(result.round_metrics["num_available"], masks.sum(axis=1))
+    expected = loop.fedavg(task, fd, masks, 7, K=4, C=3, B=2, lr=0.2, mu=mu, server_lr=0.8)
     _leaves_equal(result.params, expected, atol=1e-5)
 
 

@@ -1,16 +1,20 @@
 """MIFA: Memory-augmented Impatient Federated Averaging (Gu et al., NeurIPS 2021).
 
 Compared in the FedLaAvg supplement (S:L9) as "basically the same" algorithm: the server keeps
-every client's latest update and averages all N of them. The differences this class keeps from
-the authors' code (``hmgxr128/MIFA_code``, ``src/trainers/fdu.py``):
+every client's latest update and averages all N of them (the latest-update rule it shares with
+FedLaAvg, :func:`fedjax_avail.cohort.scatter_keep_mean`); unlike FedLaAvg it needs every client
+to have reported once before the first server step. What this class takes from the authors' code
+(``hmgxr128/MIFA_code``, ``src/trainers/fdu.py``):
 
 * the table holds updates divided by the learning rate they were computed with,
   ``G_i = (x_i^C - x) / lr``, and the server steps ``x <- x + lr_t * mean_i G_i``;
 * the learning rate decays as ``lr_t = client_lr / (t + 1)`` (``inverse_prop_decay``), t counting
-  the rounds since training started (``lr_decay=True``);
-* the server waits until every client has been available at least once, then fills the table
-  by training all N clients at the current model, and only then starts stepping
-  (``wait_for_all=True``, the code's ``table_initialized``).
+  the server steps taken so far (``lr_decay=True``);
+* ``start="authors_code"``: wait until every client has been available once, then fill the table
+  by training **all N clients** in one round (unavailable ones included) at the current model,
+  and only then step (the code's ``table_initialized``). That round breaks "a selected client was
+  available" and puts an N-wide ``vmap`` in the compiled round, so it is an option, not the
+  default.
 """
 
 from __future__ import annotations
@@ -32,27 +36,38 @@ from fedjax_avail.algorithms._base import (
 )
 from fedjax_avail.local import Problem, flat_size, local_sgd
 
+STARTS = ("after_all_seen", "immediately", "authors_code")
+
 
 class MIFAState(NamedTuple):
     params: Any  # global model pytree x, P parameters
-    table: jax.Array  # [N, P] float32, G_i = latest update / its learning rate (0 if never)
+    table: jax.Array  # [N, P] float32, G_i = latest update / its learning rate (0 if none)
     table_mean: jax.Array  # [P] float32, (1/N) sum_i G_i
     last_round: jax.Array  # [N] int32, round of the last reported update, -1 if never
-    seen: jax.Array  # [N] bool, available at least once so far
-    step: jax.Array  # [] int32, rounds since training started (t of lr_t); -1 while waiting
+    seen: jax.Array  # [N] bool: "authors_code": available once so far; else: has a row
+    step: jax.Array  # [] int32, server steps taken so far (t of lr_t)
 
 
 @dataclasses.dataclass(frozen=True)
 class MIFA:
     """Every available client trains; the server averages the latest updates of all N clients.
 
-    Round r (after start): ``A^r`` = the available clients (at most ``clients_per_round`` of
-    them, the least recently updated first); each i in ``A^r`` sets
-    ``G_i <- (x_i^C - x) / lr_t`` after C local steps at ``lr_t``; then
-    ``x <- x + server_lr * lr_t * (1/N) sum_i G_i``.
+    Round r: ``A^r`` = the available clients (at most ``clients_per_round`` of them, the least
+    recently updated first); each i in ``A^r`` sets ``G_i <- (x_i^C - x) / lr_t`` after C local
+    steps at ``lr_t``; then, once the server has started, ``x <- x + server_lr * lr_t * (1/N)
+    sum_i G_i``.
 
-    With ``wait_for_all=False``, ``lr_decay=False`` and ``clients_per_round`` at least the number
-    of available clients, this is FedLaAvg's averaging rule with every available client selected.
+    When the server starts (``start``):
+
+    * ``"after_all_seen"`` (default): MIFA's requirement that every client has reported before
+      the first step (S:L9), within availability: until then the available clients (at most K a
+      round) train at the unchanged initial model and fill their rows; the server steps from the
+      round in which the last row is filled.
+    * ``"immediately"``: from round 0, clients without a row counting as zero. With
+      ``lr_decay=False`` and ``clients_per_round`` at least the number of available clients
+      this is FedLaAvg's averaging rule with every available client selected.
+    * ``"authors_code"``: as the authors' code (module docstring), training all N clients in the
+      round in which every client has been seen.
 
     Args:
       clients_per_round: cohort cap K (static); MIFA proper trains every available client, so
@@ -62,8 +77,7 @@ class MIFA:
       client_lr: initial learning rate lr_0, > 0.
       server_lr: > 0 (1 in MIFA).
       lr_decay: ``lr_t = lr_0 / (t + 1)`` as in the authors' code; False keeps lr_0.
-      wait_for_all: wait until every client has been seen, then initialise the table by training
-        all N clients (authors' code); False starts at round 0 with a zero table.
+      start: one of ``"after_all_seen"``, ``"immediately"``, ``"authors_code"``.
 
     References:
       Gu, Huang, Zhang, Su, Yang, Lin. "Fast Federated Learning in the Presence of Arbitrary Device
@@ -76,13 +90,17 @@ class MIFA:
     client_lr: float = 0.01
     server_lr: float = 1.0
     lr_decay: bool = True
-    wait_for_all: bool = True
+    start: str = "after_all_seen"
 
     def __post_init__(self):
         check_local_training(
             self.clients_per_round, self.local_steps, self.batch_size, self.client_lr, "client_lr",
             self.server_lr,
         )
+        if self.start not in STARTS:
+            raise ValueError(f"start must be one of {STARTS}, got {self.start!r}")
+        if not isinstance(self.lr_decay, bool):
+            raise ValueError(f"lr_decay must be True or False, got {self.lr_decay!r}")
 
     def validate(self, num_clients: int) -> None:
         check_cohort_fits(self.clients_per_round, num_clients)
@@ -95,7 +113,7 @@ class MIFA:
             table_mean=jnp.zeros((size,), jnp.float32),
             last_round=jnp.full((num_clients,), -1, jnp.int32),
             seen=jnp.zeros((num_clients,), bool),
-            step=jnp.asarray(-1 if self.wait_for_all else 0, jnp.int32),
+            step=jnp.int32(0),
         )
 
     def _lr(self, step: jax.Array) -> jax.Array:
@@ -110,8 +128,41 @@ class MIFA:
         self, state: MIFAState, inputs: RoundInput, problem: Problem
     ) -> tuple[MIFAState, Metrics]:
         key = jax.random.split(inputs.key)[1]  # the batch key FedAvg and FedLaAvg use too
+        if self.start == "authors_code":
+            return self._authors_round(state, inputs, problem, key)
+        state, selected, valid_rows = self._refresh(state, inputs, problem, key)
+        seen = state.seen | valid_rows
+        started = jnp.bool_(True) if self.start == "immediately" else jnp.all(seen)
+        lr = self._lr(state.step)
+        moved = server.add_delta(state.params, self.server_lr * lr * state.table_mean)
+        params = jax.tree.map(lambda new, old: jnp.where(started, new, old), moved, state.params)
+        state = state._replace(params=params, seen=seen,
+                               step=state.step + started.astype(jnp.int32))
+        return state, {"num_selected": selected}
+
+    def _refresh(self, state, inputs, problem, key):
+        """The cohort (<= K available, least recently updated first) refreshes its rows."""
+        lr = self._lr(state.step)
+        cohort, valid = selection.least_recent(
+            state.last_round, inputs.available, self.clients_per_round
+        )
+        valid = reported(inputs, cohort, valid)
+        grads = self._train(problem, state, cohort, key, lr)
+        table, table_mean = cohort_lib.scatter_keep_mean(
+            state.table, state.table_mean, cohort, grads, valid
+        )
+        last_round = cohort_lib.scatter(
+            state.last_round, cohort, jnp.full(cohort.shape, inputs.round, jnp.int32), valid
+        )
+        rows = jnp.zeros_like(state.seen).at[cohort].set(valid)
+        state = state._replace(table=table, table_mean=table_mean, last_round=last_round)
+        return state, jnp.sum(valid).astype(jnp.int32), rows
+
+    def _authors_round(self, state, inputs, problem, key):
+        """``fdu.py``: wait for every client, fill the table with all N, then train."""
         seen = state.seen | inputs.available
         num_clients = seen.shape[0]
+        filled = state.last_round[0] >= 0  # the fill round stamps every client
 
         def wait(state):
             return state._replace(seen=seen), jnp.int32(0)
@@ -119,29 +170,15 @@ class MIFA:
         def fill_table(state):  # fdu.py initialize_update_table: all N clients, lr_0
             table = self._train(problem, state, jnp.arange(num_clients), key, self._lr(0))
             return state._replace(table=table, table_mean=table.mean(axis=0), seen=seen,
-                                  last_round=jnp.full_like(state.last_round, inputs.round),
-                                  step=jnp.int32(0)), jnp.int32(num_clients)
+                                  last_round=jnp.full_like(state.last_round, inputs.round)
+                                  ), jnp.int32(num_clients)
 
         def train(state):
             lr = self._lr(state.step)
-            cohort, valid = selection.least_recent(
-                state.last_round, inputs.available, self.clients_per_round
-            )
-            valid = reported(inputs, cohort, valid)
-            grads = self._train(problem, state, cohort, key, lr)
-            table, table_mean = cohort_lib.scatter_keep_mean(
-                state.table, state.table_mean, cohort, grads, valid
-            )
-            last_round = cohort_lib.scatter(
-                state.last_round, cohort, jnp.full(cohort.shape, inputs.round, jnp.int32), valid
-            )
-            params = server.add_delta(state.params, self.server_lr * lr * table_mean)
-            return MIFAState(params, table, table_mean, last_round, seen,
-                             state.step + 1), jnp.sum(valid).astype(jnp.int32)
+            state, selected, _ = self._refresh(state, inputs, problem, key)
+            params = server.add_delta(state.params, self.server_lr * lr * state.table_mean)
+            return state._replace(params=params, seen=seen, step=state.step + 1), selected
 
-        if not self.wait_for_all:
-            new_state, selected = train(state)
-        else:
-            branch = jnp.where(state.step >= 0, 2, jnp.where(jnp.all(seen), 1, 0))
-            new_state, selected = jax.lax.switch(branch, (wait, fill_table, train), state)
+        branch = jnp.where(filled, 2, jnp.where(jnp.all(seen), 1, 0))
+        new_state, selected = jax.lax.switch(branch, (wait, fill_table, train), state)
         return new_state, {"num_selected": selected}

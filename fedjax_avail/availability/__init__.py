@@ -1,7 +1,12 @@
 """Availability processes: which clients can be selected at each step."""
 
 from fedjax_avail.availability._combine import Combined, all_of, any_of
-from fedjax_avail.availability._dropout import Dropout, dropout
+from fedjax_avail.availability._dropout import (
+    Dropout,
+    check_reports_forwarded,
+    dropout,
+    reports_of,
+)
 from fedjax_avail.availability._gaps import longest_gap, minimal_availability
 from fedjax_avail.availability._hour_of_day import HourOfDay
 from fedjax_avail.availability._markov import Markov, MarkovState
@@ -24,10 +29,12 @@ __all__ = [
     "Trace",
     "all_of",
     "any_of",
+    "check_reports_forwarded",
     "diurnal",
     "dropout",
     "longest_gap",
     "minimal_availability",
     "plot_availability",
+    "reports_of",
     "sample",
 ]

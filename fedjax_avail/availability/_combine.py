@@ -8,6 +8,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from fedjax_avail.availability._dropout import reports_of
 from fedjax_avail.availability._process import AvailabilityProcess, State
 
 _MODES = {"all": jnp.logical_and, "any": jnp.logical_or}
@@ -22,6 +23,9 @@ class Combined:
     step, so the children's random streams are independent of each other and the combination is
     reproducible for a seed. Build it with :func:`all_of` or :func:`any_of`.
 
+    Drop-outs of children (:func:`fedjax_avail.availability.dropout`) are forwarded: a selected
+    client reports its update only if it reports under every child that has drop-outs.
+
     Args:
       processes: J >= 1 availability processes (anything with ``init`` and ``step``; combined
         processes nest).
@@ -34,6 +38,7 @@ class Combined:
 
     processes: tuple[AvailabilityProcess, ...]
     mode: str = "all"
+    forwards_reports = True  # its reports() are its children's (see _dropout._drops_out)
 
     def __post_init__(self):
         if self.mode not in _MODES:
@@ -59,6 +64,13 @@ class Combined:
                    for process, s, k in zip(self.processes, state, self._keys(key), strict=True)]
         mask = functools.reduce(_MODES[self.mode], [m for _, m in stepped])
         return tuple(s for s, _ in stepped), mask
+
+    def reports(self, available: jax.Array, t: jax.Array, key: jax.Array) -> jax.Array | None:
+        """The AND of the children's reports (each with its own key, as in ``step``)."""
+        masks = [reports_of(process, available, t, k)
+                 for process, k in zip(self.processes, self._keys(key), strict=True)]
+        masks = [m for m in masks if m is not None]
+        return functools.reduce(jnp.logical_and, masks) if masks else None
 
 
 def all_of(*processes: AvailabilityProcess) -> Combined:

@@ -11,13 +11,18 @@ import numpy as np
 from fedjax_avail.availability._process import State
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Periodic:
     """Groups of clients take turns: at step t, group ``(t // period) % G`` is available.
 
     Args:
-      groups: ``[N]`` ints in ``0..G-1``, client i's group (G = ``max(groups) + 1``).
-      period: steps each group stays available, >= 1.
+      groups: ``[N]`` ints in ``0..G-1`` (or bools, read as 0/1), client i's group
+        (G = ``max(groups) + 1``).
+      period: steps each group stays available, an integer >= 1.
 
     Example (FedLaAvg Fig. 2, D = 1, E = 100): ``Periodic(groups=(labels >= 1), period=100)``
     makes the digit-0 clients available in rounds 0-99, the others in 100-199, and so on.
@@ -28,13 +33,14 @@ class Periodic:
 
     def __post_init__(self):
         groups = np.asarray(self.groups)
-        if groups.ndim != 1 or groups.size == 0 or not np.issubdtype(groups.dtype, np.integer):
-            raise ValueError(f"groups must be a non-empty [N] integer vector, got {groups.dtype} "
-                             f"{groups.shape}")
+        integer = np.issubdtype(groups.dtype, np.integer) or groups.dtype == bool
+        if groups.ndim != 1 or groups.size == 0 or not integer:
+            raise ValueError(f"groups must be a non-empty [N] integer (or bool) vector, got "
+                             f"{groups.dtype} {groups.shape}")
         if groups.min() < 0:
             raise ValueError(f"groups must be >= 0, got min {groups.min()}")
-        if int(self.period) < 1:
-            raise ValueError(f"period must be >= 1, got {self.period}")
+        if not _is_int(self.period) or self.period < 1:
+            raise ValueError(f"period must be an integer >= 1, got {self.period!r}")
 
     @property
     def num_groups(self) -> int:
@@ -45,7 +51,7 @@ class Periodic:
         if len(self.groups) != num_clients:
             raise ValueError(f"groups has {len(self.groups)} entries but there are {num_clients} "
                              "clients")
-        return jnp.asarray(self.groups, jnp.int32)
+        return jnp.asarray(np.asarray(self.groups).astype(np.int32))
 
     def step(self, state: State, t: jax.Array, key: jax.Array) -> tuple[State, jax.Array]:
         del key
@@ -60,12 +66,13 @@ def diurnal(labels: np.ndarray, D: int, E: int) -> Periodic:  # noqa: N803 (the 
 
     Args:
       labels: ``[N]`` each client's label (``FederatedData.client_labels()``).
-      D: digits ``0..D-1`` form the first group; 1 <= D <= max(labels).
-      E: rounds per phase, >= 1.
+      D: digits ``0..D-1`` form the first group; an integer, 1 <= D <= max(labels).
+      E: rounds per phase, an integer >= 1.
     """
     labels = np.asarray(labels)
-    if not 1 <= D <= labels.max():
-        raise ValueError(f"D must be in [1, {labels.max()}] (both groups non-empty), got {D}")
-    if E < 1:
-        raise ValueError(f"E must be >= 1, got {E}")
+    if not _is_int(D) or not 1 <= D <= labels.max():
+        raise ValueError(f"D must be an integer in [1, {labels.max()}] (both groups non-empty), "
+                         f"got {D!r}")
+    if not _is_int(E) or E < 1:
+        raise ValueError(f"E must be an integer >= 1, got {E!r}")
     return Periodic(groups=(labels >= D).astype(np.int32), period=int(E))

@@ -45,7 +45,8 @@ class Trace:
             raise ValueError(f"mask_table must be [T, N] with T >= 1 and N >= 1, got shape "
                              f"{table.shape}")
         if not np.isin(table, (0, 1)).all():
-            raise ValueError("mask_table must hold booleans (or 0/1)")
+            bad = np.unique(table[~np.isin(table, (0, 1))])[:5].tolist()
+            raise ValueError(f"mask_table must hold booleans (or 0/1), got values {bad}")
         if not isinstance(self.cyclic, (bool, np.bool_)):
             raise ValueError(f"cyclic must be True or False, got {self.cyclic!r}")
 

@@ -14,6 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+_CONCRETE = (np.ndarray, np.generic, jax.Array, int, float, bool)
+
 
 @struct.dataclass
 class FederatedData:
@@ -34,6 +36,14 @@ class FederatedData:
     arrays: dict[str, np.ndarray]
     offsets: np.ndarray
     counts: np.ndarray
+
+    def __post_init__(self):
+        # JAX rebuilds the pytree from other leaves (tracers inside jit/vmap, abstract values
+        # when lowering): only an object of concrete data is checked; it was built from one.
+        leaves = (self.offsets, self.counts, *jax.tree.leaves(self.arrays))
+        if all(isinstance(leaf, _CONCRETE) and not isinstance(leaf, jax.core.Tracer)
+               for leaf in leaves):
+            _validate_layout(self.arrays, self.offsets, self.counts)
 
     @property
     def num_clients(self) -> int:
@@ -75,22 +85,28 @@ class FederatedData:
 
     @classmethod
     def from_arrays(
-        cls, arrays: Mapping[str, np.ndarray], client_ids: np.ndarray
+        cls,
+        arrays: Mapping[str, np.ndarray],
+        client_ids: np.ndarray,
+        num_clients: int | None = None,
     ) -> FederatedData:
         """Builds federated data from pooled arrays and a client id per example.
 
         Args:
           arrays: dict of arrays ``[M, ...]`` (for example ``{"x": x, "y": y}``).
-          client_ids: ``[M]`` ints in ``0..N-1``; N is ``max(client_ids) + 1`` and every id in that
-            range must own at least one example.
+          client_ids: ``[M]`` integer ids in ``0..N-1``.
+          num_clients: N. Default ``max(client_ids) + 1``. Every id in ``0..N-1`` must own at
+            least one example: a client that would be empty is an error, never silently dropped.
 
         Raises:
-          ValueError: length mismatch between arrays and ``client_ids``, negative ids, or a client
-            id in ``0..N-1`` with no examples.
+          ValueError: length mismatch between arrays and ``client_ids``, ids that are not
+            integers in ``0..N-1``, or a client id in ``0..N-1`` with no examples.
         """
         client_ids = np.asarray(client_ids)
         if client_ids.ndim != 1 or len(client_ids) == 0:
             raise ValueError(f"client_ids must be a non-empty [M] vector, got {client_ids.shape}")
+        if not np.issubdtype(client_ids.dtype, np.integer):
+            raise ValueError(f"client_ids must be integers, got dtype {client_ids.dtype}")
         for k, v in arrays.items():
             if len(v) != len(client_ids):
                 raise ValueError(
@@ -99,20 +115,18 @@ class FederatedData:
                 )
         if client_ids.min() < 0:
             raise ValueError(f"client_ids must be >= 0, got min {client_ids.min()}")
+        if num_clients is not None:
+            if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
+                raise ValueError(f"num_clients must be an integer >= 1, got {num_clients!r}")
+            if client_ids.max() >= num_clients:
+                raise ValueError(f"client_ids must be in [0, num_clients={num_clients}), got max "
+                                 f"{client_ids.max()}")
         order = np.argsort(client_ids, kind="stable")
-        counts = np.bincount(client_ids)
+        counts = np.bincount(client_ids, minlength=num_clients or 0)
         return cls._from_counts({k: np.asarray(v)[order] for k, v in arrays.items()}, counts)
 
     @classmethod
     def _from_counts(cls, arrays: dict[str, np.ndarray], counts: np.ndarray) -> FederatedData:
-        lengths = {k: len(v) for k, v in arrays.items()}
-        if len(set(lengths.values())) != 1:
-            raise ValueError(f"arrays must share their leading length, got {lengths}")
-        empty = np.flatnonzero(counts == 0)
-        if empty.size:
-            raise ValueError(
-                f"every client needs at least one example; clients {empty[:10].tolist()} are empty"
-            )
         offsets = np.concatenate([[0], np.cumsum(counts)[:-1]])
         return cls(arrays=arrays, offsets=offsets.astype(np.int32), counts=counts.astype(np.int32))
 
@@ -131,6 +145,39 @@ class FederatedData:
         return dict(self.arrays)
 
 
+def _validate_layout(arrays, offsets, counts) -> None:
+    """Raises ValueError unless the arrays, offsets and counts form the flat layout."""
+    if not isinstance(arrays, Mapping) or len(arrays) == 0:
+        raise ValueError(f"arrays must be a non-empty dict of [M, ...] arrays, got {arrays!r}")
+    lengths = {k: int(np.shape(v)[0]) if np.ndim(v) else None for k, v in arrays.items()}
+    if None in lengths.values() or len(set(lengths.values())) != 1:
+        raise ValueError(f"arrays must share one leading example axis, got lengths {lengths}")
+    num_rows = next(iter(lengths.values()))
+    offsets, counts = np.asarray(offsets), np.asarray(counts)
+    for name, a in (("offsets", offsets), ("counts", counts)):
+        if a.ndim != 1 or not np.issubdtype(a.dtype, np.integer):
+            raise ValueError(f"{name} must be an [N] integer vector, got {a.dtype} {a.shape}")
+    if offsets.shape != counts.shape or counts.size == 0:
+        raise ValueError(f"offsets and counts must both be [N] with N >= 1, got {offsets.shape} "
+                         f"and {counts.shape}")
+    empty = np.flatnonzero(counts < 1)
+    if empty.size:
+        raise ValueError(f"counts must be >= 1 (every client needs at least one example); "
+                         f"{empty.size} clients are empty, e.g. clients {empty[:10].tolist()}")
+    expected = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)[:-1]])
+    if not np.array_equal(offsets, expected) or expected[-1] + counts[-1] != num_rows:
+        raise ValueError(
+            f"offsets must be the running sum of counts (client i owns rows offsets[i] : "
+            f"offsets[i] + counts[i], grouped in client order) and sum(counts) must equal the "
+            f"{num_rows} rows of the arrays; got offsets {offsets[:5].tolist()}..., sum(counts) "
+            f"= {int(counts.sum())}. Build it with FederatedData.from_arrays or "
+            "from_client_arrays"
+        )
+    if num_rows >= 2**31:
+        raise ValueError(f"at most 2^31 - 1 examples are supported (int32 row indices), got "
+                         f"{num_rows}")
+
+
 def sample_rows(
     key: jax.Array,
     clients: jax.Array,
@@ -145,6 +192,10 @@ def sample_rows(
     key and its own index only, not on which other clients were selected or in which order: two
     algorithms that select the same client in the same round train it on the same batches.
 
+    Row indices are drawn as integers with ``jax.random.randint(fold_in(key, i), (C, B), 0,
+    counts_i)`` (64 random bits reduced modulo the count), so every row of a client of any size
+    is drawn with probability ``1 / counts_i`` up to a relative error below ``2^-32``.
+
     Args:
       key: the round's PRNG key for batches.
       clients: ``[K]`` int32 client indices.
@@ -156,8 +207,8 @@ def sample_rows(
     Returns:
       ``[K, C, B]`` int32 row indices into the flat arrays.
     """
-    keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, clients)
-    u = jax.vmap(lambda k: jax.random.uniform(k, (steps, batch_size)))(keys)
-    local = jnp.floor(u * counts[:, None, None]).astype(jnp.int32)
-    local = jnp.minimum(local, counts[:, None, None] - 1)
-    return offsets[:, None, None] + local
+    def member_rows(client, offset, count):
+        k = jax.random.fold_in(key, client)
+        return offset + jax.random.randint(k, (steps, batch_size), 0, count, jnp.int32)
+
+    return jax.vmap(member_rows)(clients, offsets, counts)

@@ -1,7 +1,8 @@
 """Partitioners: split a pooled labelled data set into N clients.
 
-Each returns a :class:`FederatedData` whose arrays are those given (``x``, ``y``), re-ordered
-and grouped by client. All are deterministic given ``seed``.
+Each returns a :class:`FederatedData` of exactly ``num_clients`` clients whose arrays are those
+given (``x``, ``y``), re-ordered and grouped by client, or raises ``ValueError`` when some client
+would get no example. All are deterministic given ``seed``.
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ from fedjax_avail.data._federated import FederatedData
 
 def _check(x: np.ndarray, y: np.ndarray, num_clients: int) -> tuple[np.ndarray, np.ndarray]:
     x, y = np.asarray(x), np.asarray(y)
+    if y.ndim != 1:
+        raise ValueError(f"y must be an [M] vector of labels, got shape {y.shape}")
     if len(x) != len(y):
         raise ValueError(f"x and y must have the same length, got len(x)={len(x)}, len(y)={len(y)}")
-    if not 1 <= num_clients <= len(y):
+    integer = isinstance(num_clients, (int, np.integer)) and not isinstance(num_clients, bool)
+    if not integer or not 1 <= num_clients <= len(y):
         raise ValueError(
-            f"num_clients must be in [1, {len(y)}] (one example each), got {num_clients}"
+            f"num_clients must be an integer in [1, {len(y)}] (one example each), got "
+            f"{num_clients!r}"
         )
     return x, y
 
@@ -28,7 +33,7 @@ def iid(x: np.ndarray, y: np.ndarray, num_clients: int, seed: int = 0) -> Federa
     perm = np.random.default_rng(seed).permutation(len(y))
     ids = np.empty(len(y), np.int64)
     ids[perm] = np.arange(len(y)) * num_clients // len(y)
-    return FederatedData.from_arrays({"x": x, "y": y}, ids)
+    return FederatedData.from_arrays({"x": x, "y": y}, ids, num_clients)
 
 
 def one_label_per_client(
@@ -82,7 +87,7 @@ def one_label_per_client(
         for c, (lo, hi) in enumerate(zip(ends - sizes, ends, strict=True)):
             ids[pool[lo:hi]] = j * per_label + c
     keep = ids >= 0
-    return FederatedData.from_arrays({"x": x[keep], "y": y[keep]}, ids[keep])
+    return FederatedData.from_arrays({"x": x[keep], "y": y[keep]}, ids[keep], num_clients)
 
 
 def classes_per_client(
@@ -110,7 +115,7 @@ def classes_per_client(
         share = np.arange(len(pool)) * len(holders[j]) // len(pool)
         ids[pool] = np.asarray(holders[j])[share]
     keep = ids >= 0
-    return FederatedData.from_arrays({"x": x[keep], "y": y[keep]}, ids[keep])
+    return FederatedData.from_arrays({"x": x[keep], "y": y[keep]}, ids[keep], num_clients)
 
 
 def dirichlet(
@@ -142,7 +147,7 @@ def dirichlet(
             owner = np.searchsorted(cuts, np.arange(len(pool)), side="right")
             ids[pool] = np.minimum(owner, num_clients - 1)
         if np.bincount(ids, minlength=num_clients).min() >= min_size:
-            return FederatedData.from_arrays({"x": x, "y": y}, ids)
+            return FederatedData.from_arrays({"x": x, "y": y}, ids, num_clients)
     raise ValueError(
         f"no Dirichlet(alpha={alpha}) draw in {max_tries} tries gave every one of {num_clients} "
         f"clients >= {min_size} examples; raise alpha or lower num_clients/min_size"

@@ -219,7 +219,7 @@ def load_sentiment140(
     vocab = build_vocab((t for t, s in zip(tokens, is_test, strict=True) if not s), vocab_size)
     arrays = {"x": encode(tokens, vocab, max_len), "y": labels, "hour": hours}
     train = FederatedData.from_arrays({k: v[~is_test] for k, v in arrays.items()},
-                                      client[~is_test])
+                                      client[~is_test], len(present))
     test = {**{k: v[is_test] for k, v in arrays.items()},
             "client": client[is_test].astype(np.int32)}
     return Sentiment140(train, test, vocab, tuple(str(u) for u in users[present]))

@@ -8,9 +8,15 @@ from fedjax_avail.history import History
 
 
 def oscillation_amplitude(history: History, window: int, column: str = "train_loss") -> float:
-    """``max - min`` of ``column`` over the evaluations in the last ``window`` rounds."""
+    """``max - min`` of ``column`` over the evaluations in the last ``window`` rounds.
+
+    NaN (not measured) when the run is shorter than two windows, so the last window would still
+    hold the start-up phase, or when that window holds fewer than 3 evaluations.
+    """
     rounds, values = history["round"], history[column]
     recent = values[rounds >= rounds[-1] - window]
+    if rounds[-1] < 2 * window or len(recent) < 3:
+        return float("nan")
     return float(np.max(recent) - np.min(recent))
 
 

@@ -1,15 +1,21 @@
 """The shape every named experiment shares, and the runner that writes its results.
 
 An experiment is a name, a dict of default settings and a ``build(config) -> Setup`` function.
-:func:`run` overrides the settings, simulates every algorithm of the setup under the same
-availability process and seed, and writes ``metrics.csv``, ``config.json``, ``summary.json`` and
-``curves.png`` into the output directory (each file atomically).
+:func:`run` checks the settings, checks that the output directory can be written (before any
+compute), simulates every algorithm of the setup under the same availability process and seed,
+and writes ``metrics.csv``, ``config.json`` (the settings and their provenance),
+``summary.json`` and ``curves.png`` into the output directory, each file atomically and after
+every algorithm, so a crash or Ctrl-C keeps what finished. Each algorithm checkpoints into
+``checkpoints/<name>/``; ``resume=True`` continues an interrupted run bit-identically.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -17,12 +23,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fedjax_avail._io import atomic_write_text
+from fedjax_avail._io import atomic_write_text, check_writable_dir
+from fedjax_avail._provenance import provenance
 from fedjax_avail.algorithms import Algorithm
 from fedjax_avail.availability import AvailabilityProcess
 from fedjax_avail.data import FederatedData
-from fedjax_avail.engine import DivergenceError, simulate
+from fedjax_avail.engine import DivergenceError, Interrupted, simulate
 from fedjax_avail.experiments._analysis import oscillation_amplitude
+from fedjax_avail.experiments._settings import check_settings
 from fedjax_avail.history import History
 from fedjax_avail.plotting import plot_histories
 from fedjax_avail.tasks import Task
@@ -58,17 +66,26 @@ class Experiment:
     measured: str = ""
 
     def config(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The defaults with ``overrides`` applied; unknown keys are an error."""
+        """The defaults with ``overrides`` applied, checked (unknown keys and values out of
+        range are errors naming the setting)."""
         config = dict(self.defaults)
         for key, value in (overrides or {}).items():
             if key not in config:
                 raise ValueError(f"{self.name} has no setting {key!r}; settings: {sorted(config)}")
             config[key] = value
+        overrides = overrides or {}
+        if overrides.get("beta") is not None and "clients_per_round" in overrides:
+            raise ValueError("set either beta or clients_per_round, not both (beta sets "
+                             "clients_per_round = round(beta * num_clients))")
+        check_settings(config)
         return config
 
 
 def parse_value(text: str, default: Any) -> Any:
-    """Parses ``--set`` text to the type of the default (bool, int, float, str, tuple of str)."""
+    """Parses ``--set`` text to the type of the default (bool, int, float, str, tuple of str).
+
+    A default of None accepts ``none``, a number (int, else float) or any other text.
+    """
     if isinstance(default, bool):
         if text.lower() not in ("true", "false", "1", "0"):
             raise ValueError(f"expected true/false, got {text!r}")
@@ -80,7 +97,13 @@ def parse_value(text: str, default: Any) -> Any:
     if isinstance(default, tuple):
         return tuple(item.strip() for item in text.split(",") if item.strip())
     if default is None:
-        return None if text.lower() == "none" else text
+        if text.lower() == "none":
+            return None
+        for kind in (int, float):
+            try:
+                return kind(text)
+            except ValueError:
+                pass
     return text
 
 
@@ -98,64 +121,125 @@ def run(
     overrides: Mapping[str, Any] | None = None,
     out_dir: str | Path | None = None,
     progress: bool = True,
+    *,
+    resume: bool = False,
+    checkpoint_every: int | None = None,
 ) -> RunOutcome:
     """Runs every algorithm of an experiment and writes its results.
 
-    A diverging algorithm keeps the history it recorded and is marked ``diverged`` in the summary;
-    the other algorithms still run.
+    A diverging algorithm keeps the history it recorded and is marked ``diverged`` in the
+    summary; the other algorithms still run.
+
+    Args:
+      experiment: the experiment.
+      overrides: settings that replace the defaults.
+      out_dir: where results and checkpoints go (None: nothing is written).
+      progress: show progress bars.
+      resume: continue from the checkpoints in ``out_dir`` (algorithms that finished are not
+        run again); without it, old checkpoints there are removed first.
+      checkpoint_every: rounds between checkpoints (default: every 10 evaluations).
+
+    Raises:
+      ValueError: a bad setting, or an ``out_dir`` that cannot be written (before compute).
+      fedjax_avail.Interrupted: Ctrl-C; what finished is written and checkpointed first.
     """
     config = experiment.config(overrides)
+    if out_dir is not None:
+        out_dir = check_writable_dir(out_dir, "out_dir")
     setup = experiment.build(config)
+    every = checkpoint_every or 10 * config["eval_every"]
+    meta = {"experiment": experiment.name, **config, "provenance": provenance()}
     histories: dict[str, History] = {}
     summary = []
     for name, algorithm in setup.algorithms.items():
+        checkpoints = None
+        if out_dir is not None:
+            checkpoints = out_dir / "checkpoints" / name
+            if not resume:
+                shutil.rmtree(checkpoints, ignore_errors=True)
         start = time.perf_counter()
         try:
             result = simulate(
                 setup.task, setup.train, algorithm, setup.availability,
                 rounds=config["rounds"], seed=config["seed"], eval_every=config["eval_every"],
                 test_data=setup.test, progress=progress, desc=name,
+                checkpoint_dir=checkpoints, checkpoint_every=every,
             )
             status = "ok"
         except DivergenceError as error:
             result, status = error.result, f"diverged: {error}"
-        history = result.history
-        histories[name] = history
-        last = history.rows[-1]
-        summary.append({
-            "algorithm": name,
-            "status": status,
-            "final_train_loss": last["train_loss"],
-            "final_test_accuracy": last.get("test_accuracy", float("nan")),
-            "amplitude_last_window": oscillation_amplitude(history, setup.window),
-            "seconds": round(time.perf_counter() - start, 2),
-            "compile_seconds": round(result.timing["compile"], 2),
-        })
-    if out_dir is not None:
-        out_dir = Path(out_dir)
-        _write(out_dir, experiment, config, histories, summary)
+        except Interrupted as interrupted:
+            histories[name] = interrupted.result.history
+            summary.append(_summary_row(name, "interrupted", interrupted.result, setup, start))
+            if out_dir is not None:
+                out_dir = _write(out_dir, meta, histories, summary, experiment, plot=True)
+            raise
+        histories[name] = result.history
+        summary.append(_summary_row(name, status, result, setup, start))
+        if out_dir is not None:
+            last = len(histories) == len(setup.algorithms)
+            out_dir = _write(out_dir, meta, histories, summary, experiment, plot=last)
     return RunOutcome(histories, summary, out_dir)
 
 
-def _write(out_dir: Path, experiment: Experiment, config, histories, summary) -> None:
+def _number(value: float | None) -> float | None:
+    """None for a value that was not measured or is not finite (JSON has no NaN)."""
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def _summary_row(name, status, result, setup, start) -> dict[str, Any]:
+    last = result.history.rows[-1]
+    return {
+        "algorithm": name,
+        "status": status,
+        "rounds_done": int(last["round"]),
+        "final_train_loss": _number(last["train_loss"]),
+        "final_test_accuracy": _number(last.get("test_accuracy")),
+        "amplitude_last_window": _number(oscillation_amplitude(result.history, setup.window)),
+        "seconds": round(time.perf_counter() - start, 2),
+        "compile_seconds": round(result.timing["compile"], 2),
+    }
+
+
+def _write(out_dir: Path, meta, histories, summary, experiment, plot: bool) -> Path:
+    """Writes the result files (the figure only when ``plot``); if that fails, writes them to a
+    fresh temporary directory instead (so finished work is never lost to an output error) and
+    returns where they are."""
+    try:
+        _write_files(out_dir, meta, histories, summary, experiment, plot)
+        return out_dir
+    except OSError as error:
+        fallback = Path(tempfile.mkdtemp(prefix=f"fedjax-avail-{experiment.name}-"))
+        _write_files(fallback, meta, histories, summary, experiment, plot)
+        print(f"fedjax-avail: could not write to {out_dir} ({error}); results saved in "
+              f"{fallback}")
+        return fallback
+
+
+def _write_files(out_dir: Path, meta, histories, summary, experiment, plot: bool) -> None:
     History([{"algorithm": name, **row} for name, history in histories.items()
              for row in history]).to_csv(out_dir / "metrics.csv")
-    atomic_write_text(
-        out_dir / "config.json",
-        json.dumps({"experiment": experiment.name, **config}, indent=2, default=str) + "\n",
-    )
+    atomic_write_text(out_dir / "config.json", json.dumps(meta, indent=2, default=str) + "\n")
     atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
-    plot_histories(histories, out_dir / "curves.png", title=experiment.description)
+    if plot:
+        plot_histories(histories, out_dir / "curves.png", title=experiment.description)
+
+
+def _cell(value: float | None, width: int) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return f"{'n/a':>{width}}"
+    return f"{value:>{width}.4f}"
 
 
 def format_summary(summary: list[dict[str, Any]]) -> str:
-    """A fixed-width table of the summary rows."""
+    """A fixed-width table of the summary rows ("n/a" where a value was not measured)."""
     lines = [f"{'algorithm':<14} {'train loss':>10} {'test acc':>9} {'amplitude':>10} {'sec':>7}"]
     for row in summary:
-        flag = "" if row["status"] == "ok" else "  (diverged)"
+        flag = "" if row["status"] == "ok" else f"  ({row['status'].split(':')[0]} at round " \
+                                                  f"{row['rounds_done']})"
         lines.append(
-            f"{row['algorithm']:<14} {row['final_train_loss']:>10.4f} "
-            f"{row['final_test_accuracy']:>9.4f} {row['amplitude_last_window']:>10.4f} "
+            f"{row['algorithm']:<14} {_cell(row['final_train_loss'], 10)} "
+            f"{_cell(row['final_test_accuracy'], 9)} {_cell(row['amplitude_last_window'], 10)} "
             f"{row['seconds']:>7.1f}{flag}"
         )
     return "\n".join(lines)

@@ -11,13 +11,19 @@ from typing import Any
 
 from fedjax_avail import algorithms, availability, data, tasks
 from fedjax_avail.experiments._experiment import Experiment, Setup
+from fedjax_avail.experiments._settings import clients_per_round
 from fedjax_avail.experiments._sweep import BETA_SETTINGS, N_SETTINGS, Sweep
 
 
 def algorithms_from_config(config: dict[str, Any]) -> dict[str, algorithms.Algorithm]:
-    """The algorithms named by ``config["algorithms"]``, with the config's hyperparameters."""
+    """The algorithms named by ``config["algorithms"]``, with the config's hyperparameters.
+
+    K is ``round(beta * num_clients)`` when the setting ``beta`` is given, else
+    ``clients_per_round``. Every algorithm runs with the constant learning rate ``lr`` (MIFA's
+    decay is switched off).
+    """
     shared = dict(
-        clients_per_round=config["clients_per_round"],
+        clients_per_round=clients_per_round(config),
         batch_size=config["batch_size"],
     )
     local = dict(shared, local_steps=config["local_steps"], client_lr=config["lr"])
@@ -29,9 +35,9 @@ def algorithms_from_config(config: dict[str, Any]) -> dict[str, algorithms.Algor
         "fedlaavg_c1": lambda: algorithms.FedLaAvg(**dict(shared, local_steps=1,
                                                          client_lr=config["lr"])),
         "fedadam": lambda: algorithms.FedAdam(**local),
-        "mifa": lambda: algorithms.MIFA(**local),
+        "mifa": lambda: algorithms.MIFA(**local, lr_decay=False),
         "sequential": lambda: algorithms.SequentialSGD(
-            config["clients_per_round"], config["local_steps"], config["batch_size"], config["lr"]
+            shared["clients_per_round"], config["local_steps"], config["batch_size"], config["lr"]
         ),
     }
     unknown = [name for name in config["algorithms"] if name not in factories]
@@ -76,7 +82,7 @@ DEFAULT = Experiment(
     name="digits-diurnal",
     description="FedAvg vs FedLaAvg, diurnal availability, scikit-learn digits (offline)",
     defaults=dict(
-        num_clients=100, clients_per_round=10, local_steps=10, batch_size=5, lr=0.05,
+        num_clients=100, clients_per_round=10, beta=None, local_steps=10, batch_size=5, lr=0.05,
         E=20, D=5, mu=1.0, rounds=600, eval_every=5, seed=0,
         algorithms=("fedavg", "fedlaavg", "sequential"),
     ),
@@ -92,8 +98,8 @@ FEDLAAVG_MNIST = Experiment(
     name="fedlaavg-mnist",
     description="FedLaAvg Fig. 4/8: MNIST, one digit per client, diurnal availability (E, D)",
     defaults=dict(
-        num_clients=1000, clients_per_round=100, local_steps=10, batch_size=5, lr=0.01,
-        E=100, D=1, mu=1.0, rounds=2000, eval_every=20, seed=0,
+        num_clients=1000, clients_per_round=100, beta=None, local_steps=10, batch_size=5,
+        lr=0.01, E=100, D=1, mu=1.0, rounds=2000, eval_every=20, seed=0,
         algorithms=("fedsgd", "fedavg", "fedprox", "fedlaavg", "sequential"),
         source="idx", data_dir=None,
     ),

@@ -43,7 +43,8 @@ FEDLAAVG_SENTIMENT140 = Experiment(
     name="fedlaavg-sentiment140",
     description="FedLaAvg Fig. 6/10: Sentiment140, LSTM, sleep-hour availability (E, alpha)",
     defaults=dict(
-        num_clients=1000, clients_per_round=100, local_steps=10, batch_size=2, lr=0.01,
+        num_clients=1000, clients_per_round=100, beta=None, local_steps=10, batch_size=2,
+        lr=0.01,
         E=120, alpha=0.0, mu=0.01, rounds=2000, eval_every=20, seed=0,
         algorithms=("fedsgd", "fedavg", "fedprox", "fedlaavg", "sequential"),
         csv_path=None, data_dir=None, download=True, glove_path=None, max_len=25,

@@ -8,16 +8,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedjax_avail._io import atomic_write_text
+from fedjax_avail._io import atomic_write_text, check_writable_dir
+from fedjax_avail._provenance import provenance
 from fedjax_avail.experiments._experiment import Experiment, RunOutcome, run
 from fedjax_avail.plotting import plot_grid, plot_histories
 
 # FedLaAvg Fig. 5/9 and 7/11 vary N (beta = 0.1) and beta (N = 1000) without giving the values
-# (spec sec. 4.4); these span the text's N = 200 and the defaults N = 1000, beta = 0.1.
-N_SETTINGS = {f"N={n}": dict(num_clients=n, clients_per_round=n // 10) for n in (200, 500, 1000)}
-BETA_SETTINGS = {
-    f"beta={b}": dict(clients_per_round=int(b * 1000)) for b in (0.05, 0.1, 0.2, 0.5)
-}
+# (spec sec. 4.4); these span the text's N = 200 and the defaults N = 1000, beta = 0.1. K is
+# round(beta * N) of the N actually run, so the labels stay true under --set num_clients=...
+N_SETTINGS = {f"N={n}": dict(num_clients=n, beta=0.1) for n in (200, 500, 1000)}
+BETA_SETTINGS = {f"beta={b}": dict(beta=b) for b in (0.05, 0.1, 0.2, 0.5)}
+# A user's setting that a panel's own setting would overwrite: refused, not silently dropped.
+_CONFLICTS = {"beta": ("beta", "clients_per_round"), "clients_per_round": ("beta",
+                                                                           "clients_per_round")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +33,7 @@ class Sweep:
       base: the experiment each setting overrides.
       settings: panel label -> overrides of ``base``'s settings.
       defaults: overrides applied to every panel (``--set`` may change these and any setting of
-        ``base``).
+        ``base`` that the panels do not set themselves).
       overlay: draw every setting as one curve in a single panel (for one-algorithm sweeps such
         as Fig. 5's N and beta); otherwise one column per setting.
       measured: the recorded outcome of the default run and the command.
@@ -54,21 +57,40 @@ def run_sweep(
     overrides: Mapping[str, Any] | None = None,
     out_dir: str | Path | None = None,
     progress: bool = True,
+    *,
+    resume: bool = False,
+    checkpoint_every: int | None = None,
 ) -> dict[str, RunOutcome]:
     """Runs every panel; writes ``<label>/`` per panel, plus a combined ``summary.json`` and
-    ``grid.png`` (training loss and test accuracy of every panel)."""
-    shared = {**sweep.defaults, **(overrides or {})}
+    ``grid.png`` (training loss and test accuracy of every panel).
+
+    Raises:
+      ValueError: an override of a setting that the panels set themselves (e.g. ``E`` in the
+        Fig. 4 sweep), a bad setting, or an ``out_dir`` that cannot be written, before compute.
+    """
+    overrides = dict(overrides or {})
+    for label, setting in sweep.settings.items():
+        for key in overrides:
+            clash = [k for k in _CONFLICTS.get(key, (key,)) if k in setting]
+            if clash:
+                raise ValueError(f"setting {key} cannot be changed in {sweep.name}: its panels "
+                                 f"set {clash[0]} themselves (panel {label!r}: {dict(setting)})")
+    shared = {**sweep.defaults, **overrides}
+    for setting in sweep.settings.values():
+        sweep.base.config({**shared, **setting})  # every panel's settings checked up front
+    if out_dir is not None:
+        out_dir = check_writable_dir(out_dir, "out_dir")
     outcomes = {}
     for label, setting in sweep.settings.items():
         panel_dir = None if out_dir is None else Path(out_dir) / _slug(label)
-        outcomes[label] = run(sweep.base, {**shared, **setting}, panel_dir, progress)
+        outcomes[label] = run(sweep.base, {**shared, **setting}, panel_dir, progress,
+                              resume=resume, checkpoint_every=checkpoint_every)
     if out_dir is not None:
-        out_dir = Path(out_dir)
         summary = [{"setting": label, **row} for label, o in outcomes.items() for row in o.summary]
         atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
         atomic_write_text(out_dir / "config.json", json.dumps(
-            {"sweep": sweep.name, "overrides": shared, "settings": sweep.settings},
-            indent=2, default=str) + "\n")
+            {"sweep": sweep.name, "overrides": shared, "settings": sweep.settings,
+             "provenance": provenance()}, indent=2, default=str) + "\n")
         if sweep.overlay:
             curves = {f"{label} ({name})": history for label, o in outcomes.items()
                       for name, history in o.histories.items()}

@@ -15,12 +15,11 @@ import warnings
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import linen as nn
 
 from fedjax_avail.data._text import PAD
-from fedjax_avail.tasks._models import DenseOI
-from fedjax_avail.tasks._task import Batch, Params, Task
+from fedjax_avail.tasks._models import DenseOI, positive
+from fedjax_avail.tasks._task import Batch, Params, Task, classification_task
 
 
 class LSTMClassifier(nn.Module):
@@ -59,12 +58,6 @@ class LSTMClassifier(nn.Module):
         return DenseOI(self.num_classes)(carry[1])  # carry = (c, h) after the last real token
 
 
-def _positive(**kwargs: int) -> None:
-    for name, value in kwargs.items():
-        if int(value) < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
-
-
 def lstm_classifier(
     vocab_size: int,
     embed_dim: int = 25,
@@ -93,8 +86,9 @@ def lstm_classifier(
         parameters, V x D more per client); False keeps them a constant outside the parameters.
 
     Returns:
-      a :class:`Task`; with frozen embeddings and the defaults its parameters number
-      ``4 (D+H+1) H + 4 (2H+1) H + (H+1) 2 = 4,834``.
+      a :class:`Task` whose ``validate`` rejects token ids outside ``[0, vocab_size)`` and
+      labels outside ``[0, num_classes)``; with frozen embeddings and the defaults its
+      parameters number ``4 (D+H+1) H + 4 (2H+1) H + (H+1) 2 = 4,834``.
 
     Raises:
       ValueError: a size < 1, or ``embeddings`` not of shape ``[vocab_size, embed_dim]``.
@@ -102,7 +96,7 @@ def lstm_classifier(
     Example:
       >>> task = lstm_classifier(len(data.vocab), embeddings=load_glove(path, data.vocab))
     """
-    _positive(vocab_size=vocab_size, embed_dim=embed_dim, hidden=hidden, num_layers=num_layers,
+    positive(vocab_size=vocab_size, embed_dim=embed_dim, hidden=hidden, num_layers=num_layers,
               num_classes=num_classes)
     frozen = None
     if embeddings is None:
@@ -133,14 +127,15 @@ def lstm_classifier(
     def init(key: jax.Array) -> Params:
         return module.init(key, *_dummy(frozen))["params"]
 
-    def loss(params: Params, batch: Batch) -> jax.Array:
-        return optax.softmax_cross_entropy_with_integer_labels(
-            logits(params, batch), batch["y"]).mean()
+    def check_tokens(x: np.ndarray, name: str) -> None:
+        if x.ndim != 2 or not np.issubdtype(x.dtype, np.integer):
+            raise ValueError(f"{name}['x'] must be [M, T] integer token ids, got {x.dtype} "
+                             f"{x.shape}")
+        if x.size and (x.min() < 0 or x.max() >= vocab_size):
+            raise ValueError(f"{name}['x'] must hold token ids in [0, vocab_size={vocab_size}), "
+                             f"got values in [{x.min()}, {x.max()}]")
 
-    def metrics(params: Params, batch: Batch) -> dict[str, jax.Array]:
-        return {"accuracy": jnp.mean(jnp.argmax(logits(params, batch), -1) == batch["y"])}
-
-    return Task(init=init, loss=loss, metrics=metrics)
+    return classification_task(init, logits, num_classes, check_tokens)
 
 
 def _dummy(frozen: jax.Array | None) -> tuple[jax.Array, jax.Array]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import jax.numpy as jnp
+import numpy as np
 from flax import linen as nn
 
 from fedjax_avail.tasks._task import Task, classification
@@ -71,25 +72,30 @@ class LeNet5(nn.Module):
         return nn.Dense(self.num_classes)(x)
 
 
-def _positive(**kwargs: int) -> None:
+def positive(**kwargs: int) -> None:
+    """Raises ValueError naming the first argument that is not an integer >= 1."""
     for name, value in kwargs.items():
-        if int(value) < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
 
 
 def logistic_regression(num_features: int = 784, num_classes: int = 10) -> Task:
     """Softmax regression on flattened uint8 inputs of ``num_features`` pixels."""
-    _positive(num_features=num_features, num_classes=num_classes)
+    positive(num_features=num_features, num_classes=num_classes)
     return classification(LogisticRegression(num_classes), (num_features,))
 
 
 def mlp(num_features: int = 784, hidden: Sequence[int] = (200, 200), num_classes: int = 10) -> Task:
     """A ReLU MLP on flattened uint8 inputs."""
-    _positive(num_features=num_features, num_classes=num_classes)
+    positive(num_features=num_features, num_classes=num_classes,
+             **{f"hidden[{i}]": width for i, width in enumerate(hidden)})
     return classification(MLP(tuple(hidden), num_classes), (num_features,))
 
 
 def lenet5(input_shape: tuple[int, int, int] = (28, 28, 1), num_classes: int = 10) -> Task:
     """LeNet-5 on uint8 images of ``input_shape`` (H, W, C)."""
-    _positive(num_classes=num_classes)
+    if len(tuple(input_shape)) != 3:
+        raise ValueError(f"input_shape must be (H, W, C), got {input_shape!r}")
+    height, width, channels = input_shape
+    positive(num_classes=num_classes, height=height, width=width, channels=channels)
     return classification(LeNet5(num_classes), tuple(input_shape))

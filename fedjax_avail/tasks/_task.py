@@ -8,11 +8,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import linen as nn
 
 Params = Any
 Batch = Mapping[str, jax.Array]
+Arrays = Mapping[str, np.ndarray]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +26,10 @@ class Task:
       loss: ``(params, batch) -> scalar``, the mean loss over the batch. ``batch`` is a dict like
         one client's arrays, with a leading batch axis.
       metrics: optional ``(params, batch) -> dict[str, scalar]`` of batch means (e.g. accuracy).
+      validate: optional ``(arrays, name) -> None``, called by :func:`fedjax_avail.simulate` on
+        the training and test arrays (host numpy, before anything is compiled); raises
+        ``ValueError`` naming ``name`` for data the loss would silently misread (labels out of
+        range, wrong shapes). The built-in tasks set it.
 
     Example:
       >>> task = Task(init=lambda key: jnp.zeros(()),
@@ -33,32 +39,96 @@ class Task:
     init: Callable[[jax.Array], Params]
     loss: Callable[[Params, Batch], jax.Array]
     metrics: Callable[[Params, Batch], dict[str, jax.Array]] | None = None
+    validate: Callable[[Arrays, str], None] | None = None
 
 
 def normalize_images(x: jax.Array) -> jax.Array:
-    """uint8 pixels (as stored) to float32 in [0, 1]."""
-    return x.astype(jnp.float32) / 255.0
+    """Pixels to float32: integers divided by their dtype's maximum, floats unchanged.
+
+    uint8 (0..255, how images are stored) becomes [0, 1]; uint16 is divided by 65535; bool
+    becomes 0/1. Float images pass through as they are: float pixels already in [0, 1] (the
+    torchvision convention) stay in [0, 1], and raw 0-255 floats (WKAFL's code) stay 0-255.
+    """
+    x = jnp.asarray(x)
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        return x.astype(jnp.float32) / float(jnp.iinfo(x.dtype).max)
+    return x.astype(jnp.float32)
+
+
+def check_labels(arrays: Arrays, name: str, num_classes: int, key: str = "y") -> None:
+    """Raises ValueError unless ``arrays[key]`` holds integer labels in ``[0, num_classes)``."""
+    if key not in arrays:
+        raise ValueError(f"{name} must hold labels under {key!r}; it has {sorted(arrays)}")
+    labels = np.asarray(arrays[key])
+    if not (np.issubdtype(labels.dtype, np.integer) or labels.dtype == bool):
+        raise ValueError(f"{name}[{key!r}] must hold integer class labels, got dtype "
+                         f"{labels.dtype} (cast them with .astype(int) if they are whole numbers)")
+    if labels.ndim != 1:
+        raise ValueError(f"{name}[{key!r}] must be [M] labels, got shape {labels.shape}")
+    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+        raise ValueError(f"{name}[{key!r}] must hold labels in [0, {num_classes}) for this "
+                         f"{num_classes}-class task, got values in "
+                         f"[{labels.min()}, {labels.max()}]")
+
+
+def classification_task(
+    init: Callable[[jax.Array], Params],
+    logits: Callable[[Params, Batch], jax.Array],
+    num_classes: int,
+    check_inputs: Callable[[np.ndarray, str], None],
+) -> Task:
+    """A softmax cross-entropy task with an accuracy metric over a ``logits`` function.
+
+    Args:
+      init: ``key -> params``.
+      logits: ``(params, batch) -> [B, num_classes]``.
+      num_classes: C; ``batch["y"]`` must hold integer labels in ``[0, C)``.
+      check_inputs: ``(x, name) -> None``, raises ValueError for inputs the model would misread.
+    """
+
+    def loss(params: Params, batch: Batch) -> jax.Array:
+        return optax.softmax_cross_entropy_with_integer_labels(
+            logits(params, batch), batch["y"]).mean()
+
+    def metrics(params: Params, batch: Batch) -> dict[str, jax.Array]:
+        return {"accuracy": jnp.mean(jnp.argmax(logits(params, batch), -1) == batch["y"])}
+
+    def validate(arrays: Arrays, name: str) -> None:
+        if "x" not in arrays:
+            raise ValueError(f"{name} must hold inputs under 'x'; it has {sorted(arrays)}")
+        check_inputs(np.asarray(arrays["x"]), name)
+        check_labels(arrays, name, num_classes)
+
+    return Task(init=init, loss=loss, metrics=metrics, validate=validate)
 
 
 def classification(module: nn.Module, input_shape: tuple[int, ...]) -> Task:
     """A softmax cross-entropy classification task over a Flax module.
 
-    The module maps float images ``[B, *input_shape]`` in [0, 1] to logits ``[B, classes]``;
-    ``batch["x"]`` is uint8 (normalised here) and ``batch["y"]`` int labels ``[B]``.
+    The module maps float images ``[B, *input_shape]`` to logits ``[B, classes]``;
+    ``batch["x"]`` is normalised by :func:`normalize_images` (uint8 to [0, 1], floats unchanged)
+    and ``batch["y"]`` holds int labels ``[B]`` in ``[0, classes)``. ``validate`` rejects labels
+    out of range or not integers, and inputs whose per-example size is not
+    ``prod(input_shape)``.
     """
+    input_shape = tuple(int(d) for d in input_shape)
+    dummy = jnp.zeros((1, *input_shape), jnp.float32)
+    out = jax.eval_shape(lambda: module.apply(module.init(jax.random.PRNGKey(0), dummy), dummy))
+    num_classes = int(out.shape[-1])
+    size = int(np.prod(input_shape))
 
     def init(key: jax.Array) -> Params:
-        return module.init(key, jnp.zeros((1, *input_shape), jnp.float32))["params"]
+        return module.init(key, dummy)["params"]
 
     def logits(params: Params, batch: Batch) -> jax.Array:
         x = normalize_images(batch["x"]).reshape((-1, *input_shape))
         return module.apply({"params": params}, x)
 
-    def loss(params: Params, batch: Batch) -> jax.Array:
-        labels = batch["y"]
-        return optax.softmax_cross_entropy_with_integer_labels(logits(params, batch), labels).mean()
+    def check_inputs(x: np.ndarray, name: str) -> None:
+        if x.ndim < 1 or int(np.prod(x.shape[1:])) != size:
+            raise ValueError(f"{name}['x'] must hold examples of {size} values (input_shape "
+                             f"{input_shape}), got shape {x.shape}")
+        if not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
+            raise ValueError(f"{name}['x'] must be numeric, got dtype {x.dtype}")
 
-    def metrics(params: Params, batch: Batch) -> dict[str, jax.Array]:
-        return {"accuracy": jnp.mean(jnp.argmax(logits(params, batch), -1) == batch["y"])}
-
-    return Task(init=init, loss=loss, metrics=metrics)
+    return classification_task(init, logits, num_classes, check_inputs)

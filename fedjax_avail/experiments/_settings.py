@@ -1,0 +1,72 @@
+"""Checks of experiment settings, naming the setting as the user typed it (``--set lr=-1``).
+
+Each known setting has one rule; a setting an experiment has but this table does not know is
+checked by the library call it feeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fedjax_avail.inputs import MAX_ROUNDS, is_int
+
+
+def _int(low: int, high: int | None = None) -> tuple[str, Callable[[Any], bool]]:
+    text = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high})"
+    return text, lambda v: is_int(v) and v >= low and (high is None or v < high)
+
+
+def _number(text: str, test: Callable[[float], bool]) -> tuple[str, Callable[[Any], bool]]:
+    def check(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and test(float(v))
+
+    return text, check
+
+
+RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "num_clients": _int(1),
+    "clients_per_round": _int(1),
+    "local_steps": _int(1),
+    "batch_size": _int(1),
+    "rounds": _int(1, MAX_ROUNDS),
+    "eval_every": _int(1),
+    "seed": _int(0),
+    "E": _int(1),
+    "D": _int(1),
+    "lr": _number("a number > 0", lambda v: v > 0),
+    "server_lr": _number("a number > 0", lambda v: v > 0),
+    "mu": _number("a number >= 0", lambda v: v >= 0),
+    "alpha": _number("a number in [0, 0.5]", lambda v: 0 <= v <= 0.5),
+    "mean_availability": _number("a number in (0, 1)", lambda v: 0 < v < 1),
+    "markov_p_off": _number("a number in (0, 1]", lambda v: 0 < v <= 1),
+    "rounds_per_hour": _int(1),
+}
+OPTIONAL = {
+    "beta": _number("None or a number in (0, 1]", lambda v: 0 < v <= 1),
+}
+
+
+def check_settings(config: Mapping[str, Any]) -> None:
+    """Raises ValueError naming the first setting outside its allowed range."""
+    for key, value in config.items():
+        if key in RULES:
+            allowed, ok = RULES[key]
+        elif key in OPTIONAL and value is not None:
+            allowed, ok = OPTIONAL[key]
+        else:
+            continue
+        if not ok(value):
+            raise ValueError(f"setting {key} must be {allowed}, got {value!r}")
+    if config.get("beta") is not None and "num_clients" in config:
+        cohort = clients_per_round(config)
+        if cohort < 1:
+            raise ValueError(f"setting beta={config['beta']} gives round(beta * num_clients) = "
+                             f"{cohort} clients per round; it must be at least 1")
+
+
+def clients_per_round(config: Mapping[str, Any]) -> int:
+    """K: ``round(beta * num_clients)`` when ``beta`` is set, else ``clients_per_round``."""
+    if config.get("beta") is not None:
+        return int(round(config["beta"] * config["num_clients"]))
+    return int(config["clients_per_round"])

@@ -1,0 +1,99 @@
+"""Checks of everything :func:`fedjax_avail.simulate` is given, before anything is compiled.
+
+Each check raises ``ValueError`` (or ``TypeError`` for a wrong kind of object) naming the
+argument, echoing the value and stating what is allowed. Nothing is silently reinterpreted: data
+with NaN/Inf, labels the task cannot read, or a drop-out hidden inside a wrapper are refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from fedjax_avail.availability import check_reports_forwarded
+from fedjax_avail.data import FederatedData
+from fedjax_avail.tasks import Task
+
+MAX_ROUNDS = 2**24  # participation stamps are ranked as float32 (selection), exact below 2^24
+
+
+def is_int(value: Any) -> bool:
+    """True for Python and numpy integers, False for bools."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def check_int(name: str, value: Any, low: int = 1, high: int | None = None) -> None:
+    """Raises ValueError unless ``value`` is an integer in ``[low, high)``."""
+    if not is_int(value) or value < low or (high is not None and value >= high):
+        allowed = f">= {low}" if high is None else f"in [{low}, {high})"
+        raise ValueError(f"{name} must be an integer {allowed}, got {value!r}")
+
+
+def check_optional_int(name: str, value: Any, low: int = 1) -> None:
+    if value is not None:
+        if not is_int(value) or value < low:
+            raise ValueError(f"{name} must be None or an integer >= {low}, got {value!r}")
+
+
+def check_finite(arrays: Mapping[str, Any], name: str) -> None:
+    """Raises ValueError if a floating-point array holds NaN or Inf."""
+    for key, value in arrays.items():
+        a = np.asarray(value)
+        if np.issubdtype(a.dtype, np.inexact) and not np.isfinite(a).all():
+            bad = np.argwhere(~np.isfinite(a))[0].tolist()
+            raise ValueError(f"{name}[{key!r}] holds NaN or Inf (first at index {bad}); clean the "
+                             "data before simulating")
+
+
+def test_arrays(test_data: Any) -> dict[str, np.ndarray] | None:
+    """The test set as one dict of ``[M, ...]`` arrays, checked; None when there is none."""
+    if test_data is None:
+        return None
+    if isinstance(test_data, FederatedData):
+        arrays = dict(test_data.arrays)
+    elif isinstance(test_data, Mapping):
+        arrays = dict(test_data)
+    else:
+        raise TypeError(f"test_data must be None, a FederatedData or a dict of [M, ...] arrays "
+                        f"such as {{'x': x, 'y': y}}, got {type(test_data).__name__}")
+    lengths = {k: np.shape(v)[0] if np.ndim(v) else None for k, v in arrays.items()}
+    if None in lengths.values() or len(set(lengths.values())) != 1 or 0 in lengths.values():
+        raise ValueError(f"test_data arrays must share one non-empty leading example axis, got "
+                         f"lengths {lengths}")
+    return arrays
+
+
+def check_simulate_args(
+    task, data, algorithm, availability, rounds, seed, eval_every, test_data, client_chunk,
+    eval_batch_size, checkpoint_every,
+) -> dict[str, np.ndarray] | None:
+    """Every check of ``simulate``'s arguments; returns the checked test arrays (or None)."""
+    if not isinstance(task, Task):
+        raise TypeError(f"task must be a fedjax_avail.Task, got {type(task).__name__}")
+    if not isinstance(data, FederatedData):
+        raise TypeError(f"data must be a FederatedData, got {type(data).__name__}")
+    for role, obj, methods in (("algorithm", algorithm, ("validate", "init", "round")),
+                               ("availability", availability, ("init", "step"))):
+        if not all(callable(getattr(obj, m, None)) for m in methods):
+            raise TypeError(f"{role} must have methods {', '.join(methods)}, got "
+                            f"{type(obj).__name__}")
+    check_int("rounds", rounds, 1, MAX_ROUNDS)
+    check_int("eval_every", eval_every)
+    if not is_int(seed) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed must be an integer in [0, 2^63), got {seed!r}")
+    check_optional_int("client_chunk", client_chunk)
+    check_int("eval_batch_size", eval_batch_size)
+    check_optional_int("checkpoint_every", checkpoint_every)
+    test = test_arrays(test_data)
+    check_finite(data.arrays, "data.arrays")
+    if test is not None:
+        check_finite(test, "test_data")
+    if task.validate is not None:
+        task.validate(data.arrays, "data.arrays")
+        if test is not None:
+            task.validate(test, "test_data")
+    check_reports_forwarded(availability)
+    algorithm.validate(data.num_clients)
+    return test

@@ -1,0 +1,182 @@
+"""Device memory of a run, predicted by term before anything is allocated, and the guard.
+
+A run holds on the device, for its whole length:
+
+* **data**: every training example once, at its storage dtype (uint8 images stay uint8), plus
+  the ``[N]`` int32 offsets and counts; the test set likewise;
+* **algorithm state**: server arrays (the model, optimizer state: a few x P) and **per-client
+  tables** ``[N, ...]`` (FedLaAvg's and MIFA's ``[N, P]`` latest updates: ``N P 4`` bytes in
+  float32, 31.4 GB for N = 10^6 and MNIST logistic regression, P = 7850);
+* **availability state**: ``[N]`` thresholds or stamps, or a ``[T, N]`` trace table;
+
+and, while a round runs, the **cohort working set**: for each of the K clients trained at once
+(``client_chunk`` of them when set) a few P-sized vectors (local model, its start, gradient,
+delta) and one batch of B examples as float32. The persistent terms are exact (the shapes of
+``algorithm.init`` and ``availability.init`` under ``jax.eval_shape``); the working set is an
+approximation that ignores the model's hidden activations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+from fedjax_avail.data import FederatedData
+from fedjax_avail.tasks import Task
+
+_WORKING_COPIES = 4  # P-sized float32 vectors per cohort member: x, x0, grad, delta
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryEstimate:
+    """Predicted device bytes of a run, by term (see the module docstring).
+
+    Attributes:
+      terms: term name -> bytes (``data``, ``test_data``, ``server_state``,
+        ``per_client_tables``, ``availability_state``, ``cohort_working_set``).
+      tables: the per-client arrays of the algorithm state, ``"field [N, ...] dtype" -> bytes``.
+    """
+
+    terms: Mapping[str, int]
+    tables: Mapping[str, int]
+
+    @property
+    def total(self) -> int:
+        return int(sum(self.terms.values()))
+
+    def describe(self) -> str:
+        """One line per term, in human units."""
+        lines = [f"{name}: {format_bytes(size)}" for name, size in self.terms.items() if size]
+        lines += [f"  {name}: {format_bytes(size)}" for name, size in self.tables.items()]
+        return "\n".join([*lines, f"total: {format_bytes(self.total)}"])
+
+
+def format_bytes(size: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(size) < 1000 or unit == "TB":
+            return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
+        size /= 1000
+    raise AssertionError
+
+
+def _nbytes(tree) -> int:
+    return int(sum(math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize
+                   for leaf in jax.tree.leaves(tree)))
+
+
+def _arrays_bytes(arrays: Mapping[str, Any] | None) -> int:
+    if arrays is None:
+        return 0
+    return int(sum(np.asarray(a).nbytes if not hasattr(a, "nbytes") else a.nbytes
+                   for a in arrays.values()))
+
+
+def estimate_memory(
+    task: Task,
+    data: FederatedData,
+    algorithm: Any,
+    availability: Any = None,
+    *,
+    test_data: Mapping[str, Any] | FederatedData | None = None,
+    client_chunk: int | None = None,
+) -> MemoryEstimate:
+    """Predicts the device bytes a :func:`fedjax_avail.simulate` run holds, by term.
+
+    Nothing is allocated or compiled: states are shaped with ``jax.eval_shape``.
+
+    Args:
+      task, data, algorithm, availability, test_data, client_chunk: as for ``simulate``.
+
+    Returns:
+      a :class:`MemoryEstimate`; ``.total`` is the sum, ``.describe()`` a readable breakdown.
+
+    Example:
+      >>> est = fa.estimate_memory(task, fd, fa.algorithms.FedLaAvg(clients_per_round=100))
+      >>> est.terms["per_client_tables"]  # N * P * 4 bytes for the latest-update table
+    """
+    num_clients = data.num_clients
+    key = jax.ShapeDtypeStruct((2,), np.uint32)  # abstract: shaping computes nothing
+    params = jax.eval_shape(task.init, key)
+    num_params = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params))
+    state = jax.eval_shape(lambda: algorithm.init(params, num_clients))
+    tables, server = {}, 0
+    for path, leaf in jax.tree_util.tree_leaves_with_path(state):
+        size = math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize
+        name = jax.tree_util.keystr(path)
+        model = name.startswith((".params", ".opt_state"))
+        if not model and leaf.ndim >= 1 and leaf.shape[0] == num_clients:
+            tables[f"{name} {list(leaf.shape)} {leaf.dtype}"] = size
+        else:
+            server += size
+    avail = 0 if availability is None else _nbytes(
+        jax.eval_shape(lambda k: availability.init(k, num_clients), key))
+    test = test_data.arrays if isinstance(test_data, FederatedData) else test_data
+    cohort = getattr(algorithm, "clients_per_round", 1)
+    if client_chunk is not None:
+        cohort = min(cohort, client_chunk)
+    example = sum(math.prod(np.shape(a)[1:]) for a in data.arrays.values())
+    batch = getattr(algorithm, "batch_size", 1)
+    working = cohort * (_WORKING_COPIES * num_params + batch * example) * 4
+    terms = {
+        "data": _arrays_bytes(data.arrays) + 8 * num_clients,
+        "test_data": _arrays_bytes(test),
+        "server_state": server,
+        "per_client_tables": sum(tables.values()),
+        "availability_state": avail,
+        "cohort_working_set": working,
+    }
+    return MemoryEstimate(terms, tables)
+
+
+def available_bytes(device: jax.Device | None = None) -> int | None:
+    """Free memory of ``device`` (default: the first device), or None if it cannot be told.
+
+    Accelerators report it through ``memory_stats()``; for the CPU it is the host's available
+    memory (``MemAvailable`` of ``/proc/meminfo``, else free physical pages).
+    """
+    device = device or jax.devices()[0]
+    try:
+        stats = device.memory_stats()
+    except Exception:  # some backends do not implement it
+        stats = None
+    if stats and "bytes_limit" in stats:
+        return int(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+    if device.platform != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits(estimate: MemoryEstimate, available: int | None) -> None:
+    """Raises MemoryError with the estimate and what to change when the run cannot fit."""
+    if available is None or estimate.total <= available:
+        return
+    advice = []
+    if estimate.terms["per_client_tables"] > available / 4:
+        advice.append("fewer clients or a smaller model (the per-client tables are N x P), or a "
+                      "smaller table dtype where the algorithm offers one")
+    if estimate.terms["cohort_working_set"] > available / 4:
+        advice.append("client_chunk=... to train the cohort in sequential chunks")
+    if estimate.terms["data"] > available / 4:
+        advice.append("fewer examples, or images kept as uint8")
+    advice.append("check_memory=False to try anyway")
+    raise MemoryError(
+        f"this run needs about {format_bytes(estimate.total)} of device memory but only "
+        f"{format_bytes(available)} are available:\n{estimate.describe()}\nTry: "
+        + "; ".join(advice)
+    )

@@ -1,0 +1,210 @@
+"""Every input validated (issue 6, section 2): a table of bad inputs across the public API.
+
+Each must fail before anything is compiled, with an error that names the parameter, echoes the
+value and states what is allowed (the fragments each case expects).
+"""
+
+import re
+
+import jax._src.compiler
+import numpy as np
+import pytest
+
+import fedjax_avail as fa
+from fedjax_avail import cli
+
+A, ALG, D = fa.availability, fa.algorithms, fa.data
+RNG = np.random.default_rng(0)
+X = RNG.integers(0, 255, (40, 8, 8)).astype(np.uint8)
+Y = np.arange(40) % 10
+FD = D.iid(X, Y, 20)
+TASK = fa.tasks.logistic_regression(64, 10)
+OK_ALG = ALG.FedAvg(clients_per_round=2)
+ON = A.AlwaysOn()
+
+
+def sim(**changes):
+    """simulate() with one argument replaced."""
+    args = dict(task=TASK, data=FD, algorithm=OK_ALG, availability=ON, rounds=3)
+    args.update(changes)
+    return lambda: fa.simulate(**args)
+
+
+CASES = [
+    # data constructors
+    ("from_client_arrays empty", lambda: fa.FederatedData.from_client_arrays([]), ValueError,
+     ["clients must hold at least one client"]),
+    ("from_client_arrays keys", lambda: fa.FederatedData.from_client_arrays(
+        [{"x": X[:2]}, {"y": Y[:2]}]), ValueError, ["clients[1] has keys ['y']", "['x']"]),
+    ("from_client_arrays lengths", lambda: fa.FederatedData.from_client_arrays(
+        [{"x": X[:2], "y": Y[:3]}]), ValueError, ["clients[0] arrays differ in length",
+                                                   "'x': 2", "'y': 3"]),
+    ("from_arrays negative ids", lambda: fa.FederatedData.from_arrays(
+        {"x": X[:3]}, np.array([0, -1, 1])), ValueError, ["client_ids must be >= 0", "-1"]),
+    ("from_arrays float ids", lambda: fa.FederatedData.from_arrays(
+        {"x": X[:3]}, np.array([0.0, 1.0, 1.0])), ValueError,
+     ["client_ids must be integers", "float64"]),
+    ("from_arrays lengths", lambda: fa.FederatedData.from_arrays(
+        {"x": X[:3]}, np.zeros(4, int)), ValueError, ["arrays['x'] has 3 rows",
+                                                      "client_ids has 4"]),
+    ("from_arrays num_clients", lambda: fa.FederatedData.from_arrays(
+        {"x": X[:3]}, np.zeros(3, int), num_clients=0), ValueError,
+     ["num_clients must be an integer >= 1", "got 0"]),
+    ("from_arrays id too large", lambda: fa.FederatedData.from_arrays(
+        {"x": X[:3]}, np.array([0, 1, 2]), num_clients=2), ValueError,
+     ["client_ids must be in [0, num_clients=2)", "got max 2"]),
+    ("FederatedData offsets", lambda: fa.FederatedData(
+        arrays={"x": X[:4]}, offsets=np.array([0, 1]), counts=np.array([2, 2])), ValueError,
+     ["offsets must be the running sum of counts", "[0, 1]"]),
+    ("FederatedData empty client", lambda: fa.FederatedData(
+        arrays={"x": X[:2]}, offsets=np.array([0, 2]), counts=np.array([2, 0])), ValueError,
+     ["counts must be >= 1", "clients [1]"]),
+    ("FederatedData no arrays", lambda: fa.FederatedData(
+        arrays={}, offsets=np.array([0]), counts=np.array([1])), ValueError,
+     ["arrays must be a non-empty dict", "{}"]),
+    # partitioners
+    ("iid num_clients 0", lambda: D.iid(X, Y, 0), ValueError,
+     ["num_clients must be an integer in [1, 40]", "got 0"]),
+    ("iid num_clients float", lambda: D.iid(X, Y, 2.5), ValueError,
+     ["num_clients must be an integer", "got 2.5"]),
+    ("iid lengths", lambda: D.iid(X, Y[:5], 2), ValueError, ["len(x)=40", "len(y)=5"]),
+    ("one_label_per_client N", lambda: D.one_label_per_client(X, Y, 15), ValueError,
+     ["num_clients must be a multiple of the number of labels (10)", "got 15"]),
+    ("one_label_per_client mean", lambda: D.one_label_per_client(X, Y, 10, mean=-1.0),
+     ValueError, ["mean > 0", "mean=-1.0"]),
+    ("classes_per_client k", lambda: D.classes_per_client(X, Y, 4, k=0), ValueError,
+     ["k must be in [1, 10]", "got 0"]),
+    ("dirichlet alpha", lambda: D.dirichlet(X, Y, 4, alpha=0.0), ValueError,
+     ["alpha must be > 0", "got 0.0"]),
+    ("dirichlet min_size", lambda: D.dirichlet(X, Y, 4, alpha=1.0, min_size=11), ValueError,
+     ["min_size * num_clients = 44", "40"]),
+    # tasks
+    ("logistic_regression features", lambda: fa.tasks.logistic_regression(0), ValueError,
+     ["num_features must be an integer >= 1", "got 0"]),
+    ("mlp hidden", lambda: fa.tasks.mlp(64, hidden=(32, 0)), ValueError,
+     ["hidden[1] must be an integer >= 1", "got 0"]),
+    ("lenet5 input_shape", lambda: fa.tasks.lenet5((28, 28)), ValueError,
+     ["input_shape must be (H, W, C)", "(28, 28)"]),
+    ("lstm vocab", lambda: fa.tasks.lstm_classifier(0, embeddings=np.zeros((0, 25))),
+     ValueError, ["vocab_size must be an integer >= 1", "got 0"]),
+    ("lstm embeddings", lambda: fa.tasks.lstm_classifier(5, embeddings=np.zeros((4, 25))),
+     ValueError, ["embeddings must have shape [vocab_size, embed_dim] = [5, 25]", "[4, 25]"]),
+    ("task input size", sim(task=fa.tasks.logistic_regression(784, 10)), ValueError,
+     ["data.arrays['x'] must hold examples of 784 values", "(40, 8, 8)"]),
+    ("task labels", sim(data=D.iid(X, Y + 1, 20)), ValueError,
+     ["labels in [0, 10)", "[1, 10]"]),
+    # availability processes
+    ("Bernoulli p", lambda: A.Bernoulli(1.5), ValueError,
+     ["p must be a probability in [0, 1]", "1.5"]),
+    ("Bernoulli width", sim(availability=A.Bernoulli(np.full(3, 0.5))), ValueError,
+     ["p has 3 entries but there are 20 clients"]),
+    ("Markov p_on", lambda: A.Markov(p_on=-0.1, p_off=0.5), ValueError,
+     ["p_on must be a probability in [0, 1]", "-0.1"]),
+    ("Markov initial", lambda: A.Markov(0.1, 0.2, initial="up"), ValueError,
+     ["initial must be one of", "'up'"]),
+    ("Periodic groups", lambda: A.Periodic(np.array([-1, 0]), 1), ValueError,
+     ["groups must be >= 0", "-1"]),
+    ("Periodic period", lambda: A.Periodic(np.array([0, 1]), 0), ValueError,
+     ["period must be an integer >= 1", "got 0"]),
+    ("diurnal D", lambda: A.diurnal(Y, D=0, E=5), ValueError,
+     ["D must be an integer in [1, 9]", "got 0"]),
+    ("HourOfDay start", lambda: A.HourOfDay(24), ValueError,
+     ["start_hour must be in 0..23", "[24, 24]"]),
+    ("HourOfDay hours", lambda: A.HourOfDay(3, hours=0), ValueError,
+     ["hours must be an integer in 1..24", "got 0"]),
+    ("Trace empty", lambda: A.Trace(np.zeros((0, 3), bool)), ValueError,
+     ["mask_table must be [T, N] with T >= 1 and N >= 1", "(0, 3)"]),
+    ("Trace values", lambda: A.Trace(np.array([[0, 2]])), ValueError,
+     ["mask_table must hold booleans (or 0/1)", "2"]),
+    ("Trace width", sim(availability=A.Trace(np.ones((4, 19), bool))), ValueError,
+     ["mask_table is [T, N] = (4, 19)", "20 clients"]),
+    ("dropout q", lambda: A.dropout(ON, 1.5), ValueError,
+     ["q must be a probability in [0, 1]", "1.5"]),
+    ("all_of nothing", lambda: A.all_of(), ValueError,
+     ["processes must be a non-empty tuple", "()"]),
+    # algorithms
+    ("FedAvg K", lambda: ALG.FedAvg(clients_per_round=0), ValueError,
+     ["clients_per_round must be an integer >= 1", "got 0"]),
+    ("FedAvg lr", lambda: ALG.FedAvg(clients_per_round=2, client_lr=0.0), ValueError,
+     ["client_lr must be > 0", "got 0.0"]),
+    ("FedAvg batch", lambda: ALG.FedAvg(clients_per_round=2, batch_size=2.5), ValueError,
+     ["batch_size must be an integer >= 1", "got 2.5"]),
+    ("FedAvg weighting", lambda: ALG.FedAvg(clients_per_round=2, weighting="size"), ValueError,
+     ["weighting must be 'uniform' or 'data_size'", "'size'"]),
+    ("FedAvg optimizer", lambda: ALG.FedAvg(clients_per_round=2, server_optimizer="rms"),
+     ValueError, ["server_optimizer must be 'sgd' or 'adam'", "'rms'"]),
+    ("FedProx mu", lambda: ALG.FedProx(clients_per_round=2, mu=-1.0), ValueError,
+     ["mu must be >= 0", "got -1.0"]),
+    ("FedSGD steps", lambda: ALG.FedSGD(clients_per_round=2, local_steps=3), ValueError,
+     ["local_steps=1", "got 3"]),
+    ("MIFA start", lambda: ALG.MIFA(clients_per_round=2, start="soon"), ValueError,
+     ["start must be one of", "'soon'"]),
+    ("SequentialSGD lr", lambda: ALG.SequentialSGD(2, lr=-1.0), ValueError,
+     ["lr must be > 0", "got -1.0"]),
+    ("K larger than N", sim(algorithm=ALG.FedLaAvg(clients_per_round=21)), ValueError,
+     ["clients_per_round must be in [1, num_clients=20]", "got 21"]),
+    # simulate
+    ("rounds 0", sim(rounds=0), ValueError, ["rounds must be an integer in [1, 16777216)",
+                                             "got 0"]),
+    ("rounds 2^24", sim(rounds=2**24), ValueError, ["rounds must be an integer", "16777216"]),
+    ("eval_every", sim(eval_every=0), ValueError, ["eval_every must be an integer >= 1",
+                                                    "got 0"]),
+    ("seed negative", sim(seed=-1), ValueError, ["seed must be an integer in [0, 2^63)",
+                                                  "got -1"]),
+    ("seed float", sim(seed=1.5), ValueError, ["seed must be an integer", "got 1.5"]),
+    ("client_chunk", sim(client_chunk=0), ValueError,
+     ["client_chunk must be None or an integer >= 1", "got 0"]),
+    ("eval_batch_size", sim(eval_batch_size=0), ValueError,
+     ["eval_batch_size must be an integer >= 1", "got 0"]),
+    ("checkpoint_every", sim(checkpoint_every=0), ValueError,
+     ["checkpoint_every must be None or an integer >= 1", "got 0"]),
+    ("data kind", sim(data={"x": X, "y": Y}), TypeError,
+     ["data must be a FederatedData", "got dict"]),
+    ("task kind", sim(task=lambda params, batch: 0.0), TypeError,
+     ["task must be a fedjax_avail.Task", "got function"]),
+    ("test_data tuple", sim(test_data=(X, Y)), TypeError,
+     ["test_data must be None, a FederatedData or a dict", "got tuple"]),
+    ("test_data lengths", sim(test_data={"x": X, "y": Y[:3]}), ValueError,
+     ["test_data arrays must share one non-empty leading example axis", "'y': 3"]),
+]
+
+
+@pytest.fixture
+def no_compilation(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("compiled before the bad input was reported")
+
+    monkeypatch.setattr(jax._src.compiler, "backend_compile_and_load", refuse)
+
+
+def test_the_table_has_at_least_40_cases():
+    assert len(CASES) >= 40
+
+
+@pytest.mark.parametrize("make, error, fragments", [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_bad_input_is_reported_before_compilation(make, error, fragments, no_compilation):
+    with pytest.raises(error) as info:
+        make()
+    message = str(info.value)
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+@pytest.mark.parametrize("argv, fragments", [
+    (["run", "nope"], ["no experiment 'nope'", "registered"]),
+    (["run", "--set", "nope=1"], ["has no setting 'nope'", "settings:"]),
+    (["run", "--set", "rounds=abc"], ["--set rounds", "'abc'"]),
+    (["run", "--set", "E=0"], ["setting E must be an integer >= 1", "got 0"]),
+    (["run", "--set", "beta=2"], ["setting beta must be None or a number in (0, 1]", "got 2"]),
+    (["run", "--set", "rounds"], ["--set takes key=value", "'rounds'"]),
+    (["run", "fedlaavg-mnist", "--set", "data_dir=/nonexistent"],
+     ["/nonexistent", "FEDJAX_AVAIL_MNIST_DIR"]),
+])
+def test_command_line_errors_are_one_clear_line(argv, fragments, capsys, tmp_path,
+                                                no_compilation):
+    assert cli.main([*argv, "--out", str(tmp_path / "out"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedjax-avail: error: ") and "Traceback" not in err
+    for fragment in fragments:
+        assert re.search(re.escape(fragment), err), (fragment, err)

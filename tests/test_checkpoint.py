@@ -1,0 +1,151 @@
+"""Checkpoint and resume (issue 6, section 4): a resumed run is bit-identical to an uninterrupted
+one, after a SIGKILL, an incomplete checkpoint or Ctrl-C."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+import fedjax_avail as fa
+from fedjax_avail import cli
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _setup():
+    train, test = fa.data.load_digits()
+    fd = fa.data.one_label_per_client(train["x"], train["y"], 30, seed=0)
+    task = fa.tasks.logistic_regression(64, 10)
+    alg = fa.algorithms.FedLaAvg(clients_per_round=5, local_steps=3, batch_size=4, client_lr=0.1)
+    return task, fd, alg, fa.availability.Markov(0.2, 0.3), test
+
+
+def _run(rounds, **kw):
+    task, fd, alg, process, test = _setup()
+    return fa.simulate(task, fd, alg, process, rounds=rounds, seed=3, eval_every=10,
+                       test_data=test, **kw)
+
+
+def _assert_same(a, b):
+    np.testing.assert_array_equal(ravel_pytree(a.params)[0], ravel_pytree(b.params)[0])
+    np.testing.assert_array_equal(a.state.latest, b.state.latest)
+    assert a.history.rows == b.history.rows
+    assert a.round_metrics.keys() == b.round_metrics.keys()
+    for k in a.round_metrics:
+        np.testing.assert_array_equal(a.round_metrics[k], b.round_metrics[k])
+
+
+@pytest.fixture(scope="module")
+def uninterrupted():
+    return _run(120)
+
+
+def test_a_run_continued_from_its_checkpoint_is_bit_identical(uninterrupted, tmp_path):
+    first = _run(50, checkpoint_dir=tmp_path, checkpoint_every=25)
+    assert first.history["round"].tolist() == [0, 10, 20, 30, 40, 50]
+    resumed = _run(120, checkpoint_dir=tmp_path, checkpoint_every=25)
+    _assert_same(resumed, uninterrupted)
+    again = _run(120, checkpoint_dir=tmp_path)  # finished: restored, nothing to run
+    _assert_same(again, uninterrupted)
+    assert again.timing["run"] == 0.0
+
+
+_KILLED_RUN = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {tests!r})
+    import fedjax_avail.checkpoint as ck
+    from test_checkpoint import _run
+
+    save = ck.RunCheckpointer.save
+    def slow_save(self, done, *args):
+        save(self, done, *args)
+        print("saved", done, flush=True)
+        time.sleep(0.25)
+    ck.RunCheckpointer.save = slow_save
+    _run(120, checkpoint_dir={directory!r}, checkpoint_every=10)
+    print("finished", flush=True)
+""")
+
+
+def test_sigkill_mid_run_then_resume_is_bit_identical(uninterrupted, tmp_path):
+    script = _KILLED_RUN.format(tests=str(REPO / "tests"), directory=str(tmp_path))
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+    try:
+        for line in process.stdout:
+            if line.startswith("saved") and int(line.split()[1]) >= 50:
+                process.send_signal(signal.SIGKILL)
+                break
+        process.wait(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == -signal.SIGKILL
+    saved = sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit())
+    assert 50 <= saved[-1] < 120  # killed mid-way
+    _assert_same(_run(120, checkpoint_dir=tmp_path, checkpoint_every=10), uninterrupted)
+
+
+def test_an_unreadable_newest_checkpoint_falls_back_to_the_one_before(uninterrupted, tmp_path):
+    _run(40, checkpoint_dir=tmp_path, checkpoint_every=20)
+    shutil.rmtree(tmp_path / "40" / "carry")  # complete on disk once, then damaged
+    with pytest.warns(UserWarning, match="round 40 .* incomplete or unreadable"):
+        resumed = _run(120, checkpoint_dir=tmp_path, checkpoint_every=20)
+    _assert_same(resumed, uninterrupted)
+
+
+def test_a_checkpoint_of_another_run_is_refused(tmp_path):
+    _run(10, checkpoint_dir=tmp_path)
+    task, fd, alg, process, _ = _setup()
+    with pytest.raises(ValueError, match=r"holds a checkpoint \(round 10\) of a different run"):
+        fa.simulate(task, fd, alg, process, rounds=20, seed=4, eval_every=10,
+                    checkpoint_dir=tmp_path)
+
+
+def test_ctrl_c_writes_what_finished_and_prints_the_resume_command(tmp_path):
+    out = tmp_path / "run"
+    argv = ["run", "--set", "rounds=300", "--set", "eval_every=10", "--out", str(out),
+            "--checkpoint-every", "10", "--no-progress"]
+    process = subprocess.Popen([sys.executable, "-m", "fedjax_avail.cli", *argv],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    first = out / "checkpoints" / "fedavg"
+    while time.time() < deadline and not (first.exists() and any(
+            p.name.isdigit() for p in first.iterdir())):
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    assert "interrupted after round" in err and "Resume with:" in err
+    command = err.strip().splitlines()[-1].split()
+    assert command[:2] == ["fedjax-avail", "run"] and command[-1] == "--resume"
+    assert (out / "summary.json").exists() and (out / "metrics.csv").exists()
+    assert cli.main(command[1:]) == 0  # resume, as printed
+    fresh = tmp_path / "fresh"
+    assert cli.main(["run", "--set", "rounds=300", "--set", "eval_every=10", "--out",
+                     str(fresh), "--no-progress"]) == 0
+    assert (out / "metrics.csv").read_text() == (fresh / "metrics.csv").read_text()
+
+
+def test_ctrl_c_in_the_library_keeps_the_history(monkeypatch, tmp_path):
+    from fedjax_avail import _interrupt
+
+    class Requested(_interrupt.StopOnInterrupt):
+        def __enter__(self):
+            self.requested = True  # as if Ctrl-C came during the first chunk
+            return self
+
+    monkeypatch.setattr(fa.engine, "StopOnInterrupt", Requested)
+    with pytest.raises(fa.Interrupted, match="interrupted after round 10 of 120") as info:
+        _run(120, checkpoint_dir=tmp_path)
+    assert info.value.result.history["round"].tolist() == [0, 10]
+    assert info.value.checkpoint_dir == tmp_path.resolve()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.isdigit()) == ["10"]
+    assert os.path.isdir(tmp_path / "10")

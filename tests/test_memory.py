@@ -1,0 +1,52 @@
+"""The memory estimate against measured bytes, and the guard (issue 6, section 5)."""
+
+import jax
+import numpy as np
+import pytest
+
+import fedjax_avail as fa
+from fedjax_avail import memory
+
+
+@pytest.mark.parametrize("num_clients", [100, 1000])
+@pytest.mark.parametrize("name", ["FedAvg", "FedLaAvg"])
+def test_estimate_is_within_20_percent_of_measured_bytes(mnist, num_clients, name):
+    train, test = mnist
+    fd = fa.data.one_label_per_client(train["x"], train["y"], num_clients, seed=0)
+    task = fa.tasks.logistic_regression(784, 10)
+    alg = getattr(fa.algorithms, name)(clients_per_round=num_clients // 10)
+    estimate = fa.estimate_memory(task, fd, alg, fa.availability.AlwaysOn(), test_data=test)
+    result = fa.simulate(task, fd, alg, fa.availability.AlwaysOn(), rounds=2, eval_every=1,
+                         test_data=test)
+    measured = result.memory["measured"]  # device arrays held + XLA's temporaries of a round
+    assert result.memory["estimated"] == estimate.total
+    assert abs(estimate.total - measured) <= 0.2 * measured, (estimate.describe(), measured)
+    # The data is held once (the evaluator reads the training buffers themselves).
+    assert result.memory["held"] < estimate.terms["data"] * 1.5 + estimate.terms["test_data"] \
+        + estimate.terms["per_client_tables"]
+
+
+def test_table_term_is_n_times_p_times_4_bytes():
+    fd = fa.FederatedData(arrays={"x": np.zeros((6, 784), np.uint8), "y": np.zeros(6, np.int32)},
+                          offsets=np.arange(6, dtype=np.int32), counts=np.ones(6, np.int32))
+    task = fa.tasks.logistic_regression(784, 10)
+    est = fa.estimate_memory(task, fd, fa.algorithms.FedLaAvg(clients_per_round=2))
+    # latest [N, P] float32 + last_round [N] int32
+    assert est.terms["per_client_tables"] == 6 * 7850 * 4 + 6 * 4
+    assert est.terms["data"] == 6 * 784 + 6 * 4 + 8 * 6
+
+
+def test_a_run_that_cannot_fit_is_refused_before_allocating(monkeypatch):
+    n = 10**6  # FedLaAvg's [N, P] float32 table for MNIST logistic regression: 31.4 GB
+    x = np.broadcast_to(np.zeros((1, 784), np.uint8), (n, 784))  # allocates nothing
+    fd = fa.FederatedData(arrays={"x": x, "y": np.zeros(n, np.int32)},
+                          offsets=np.arange(n, dtype=np.int32), counts=np.ones(n, np.int32))
+    monkeypatch.setattr(memory, "available_bytes", lambda device=None: 24 * 10**9)
+    before = sum(a.nbytes for a in jax.live_arrays())
+    alg = fa.algorithms.FedLaAvg(clients_per_round=100)
+    with pytest.raises(MemoryError, match=r"needs about 32\.2 GB .* only 24\.0 GB") as info:
+        fa.simulate(fa.tasks.logistic_regression(784, 10), fd, alg, fa.availability.AlwaysOn(),
+                    rounds=10)
+    assert "per_client_tables: 31.4 GB" in str(info.value)
+    assert "fewer clients or a smaller model" in str(info.value)
+    assert sum(a.nbytes for a in jax.live_arrays()) - before < 10**6
