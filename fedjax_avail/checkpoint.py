@@ -3,8 +3,9 @@
 A checkpoint holds everything a run needs to continue **bit-identically**: the scan carry
 (algorithm state, availability state, health flag), the rounds done, the history rows and the
 per-round metrics. Random keys need no saving: round r's keys are ``fold_in(seed stream, r)``.
-Each checkpoint also records a fingerprint of the run (algorithm, availability process, data,
-seed) and is refused for a different run.
+Each checkpoint also records a fingerprint of the run (algorithm, availability process, task,
+training and test data, seed, ``eval_every``, JAX version and PRNG) and is refused for a
+different run; the number of rounds may grow.
 
 orbax writes a checkpoint into a temporary directory and renames it when complete, so a run
 killed while saving leaves the previous checkpoint intact; a checkpoint that is complete on disk
@@ -16,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
+import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,14 +37,25 @@ class Restored(NamedTuple):
 
 
 def fingerprint(*objects: Any) -> str:
-    """A stable hash of configuration objects: dataclasses, containers, arrays, scalars.
+    """A stable hash of a run's configuration: dataclasses, containers, arrays, functions.
 
-    Arrays are hashed by dtype, shape and bytes; functions by their qualified name.
+    Arrays are hashed by dtype, shape and bytes; functions by module, qualified name and the
+    values they close over (so two tasks built by one factory with different settings differ);
+    other objects by their attributes, never by their memory address.
     """
     digest = hashlib.blake2b(digest_size=16)
+    seen: set[int] = set()
 
     def visit(obj: Any) -> None:
-        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        if id(obj) in seen and not isinstance(obj, (int, float, str, bool, type(None))):
+            digest.update(b"<seen>")
+            return
+        seen.add(id(obj))
+        if isinstance(obj, (np.ndarray, jax.Array)):
+            a = np.ascontiguousarray(np.asarray(obj))
+            digest.update(f"{a.dtype}{a.shape}".encode())
+            digest.update(a.tobytes())
+        elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             digest.update(type(obj).__qualname__.encode())
             for field in dataclasses.fields(obj):
                 digest.update(field.name.encode())
@@ -55,18 +68,32 @@ def fingerprint(*objects: Any) -> str:
             digest.update(f"{type(obj).__name__}{len(obj)}".encode())
             for item in obj:
                 visit(item)
-        elif isinstance(obj, (np.ndarray, jax.Array)):
-            a = np.ascontiguousarray(np.asarray(obj))
-            digest.update(f"{a.dtype}{a.shape}".encode())
-            digest.update(a.tobytes())
-        elif callable(obj):
-            digest.update(getattr(obj, "__qualname__", repr(type(obj))).encode())
-        else:
+        elif isinstance(obj, (int, float, str, bool, complex, type(None), np.generic)):
             digest.update(repr(obj).encode())
+        elif isinstance(obj, type):
+            digest.update(f"{obj.__module__}.{obj.__qualname__}".encode())
+        elif callable(obj) and hasattr(obj, "__code__"):
+            digest.update(f"{obj.__module__}.{obj.__qualname__}".encode())
+            visit(obj.__defaults__)
+            visit([cell.cell_contents for cell in obj.__closure__ or ()
+                   if _has_contents(cell)])
+        elif hasattr(obj, "__dict__"):
+            digest.update(type(obj).__qualname__.encode())
+            visit(vars(obj))
+        else:
+            digest.update(re.sub(r" at 0x[0-9a-fA-F]+", "", repr(obj)).encode())
 
     for obj in objects:
         visit(obj)
     return digest.hexdigest()
+
+
+def _has_contents(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 (an empty cell raises)
+    except ValueError:
+        return False
+    return True
 
 
 class RunCheckpointer:
@@ -98,8 +125,6 @@ class RunCheckpointer:
         metrics = {k: np.asarray(v) for k, v in round_metrics.items()}
         meta = {"fingerprint": self.fingerprint, "done": int(done), "rows": rows,
                 "metrics": {k: [list(v.shape), str(v.dtype)] for k, v in metrics.items()}}
-        if int(done) in self._manager.all_steps():  # one found unreadable and re-run: replace it
-            self._manager.delete(int(done))
         self._manager.save(int(done), args=ocp.args.Composite(
             carry=ocp.args.StandardSave(carry),
             round_metrics=ocp.args.StandardSave(metrics),
@@ -113,6 +138,7 @@ class RunCheckpointer:
           ValueError: the directory holds a checkpoint of a different run.
         """
         ocp = self._ocp
+        unreadable: list[int] = []
         for step in sorted(self._manager.all_steps(), reverse=True):
             try:
                 meta = self._manager.restore(step, args=ocp.args.Composite(
@@ -127,13 +153,19 @@ class RunCheckpointer:
             except _Mismatch:
                 raise ValueError(
                     f"checkpoint_dir {self.directory} holds a checkpoint (round {step}) of a "
-                    "different run (another algorithm, availability process, data or seed); "
-                    "use another directory, or delete it to start afresh") from None
+                    "different run (another algorithm, availability process, task, data, "
+                    "seed, eval_every or JAX version); use another directory, or delete it to "
+                    "start afresh") from None
+            except MemoryError:
+                raise
             except Exception as error:  # incomplete or unreadable: fall back to the one before
                 warnings.warn(f"checkpoint of round {step} in {self.directory} is incomplete or "
                               f"unreadable ({type(error).__name__}: {error}); trying the one "
                               "before it", stacklevel=3)
+                unreadable.append(step)
                 continue
+            for bad in unreadable:  # never fall back to them later
+                self._manager.delete(bad)
             metrics = {k: np.asarray(v) for k, v in out.round_metrics.items()}
             return Restored(int(meta["done"]), out.carry, list(meta["rows"]), metrics)
         return None

@@ -75,18 +75,22 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, MemoryError) as error:
         print(f"fedjax-avail: error: {error}", file=sys.stderr)
         return 2
-    except Interrupted as interrupted:
+    except KeyboardInterrupt as interrupted:  # fa.Interrupted, or Ctrl-C between algorithms
+        if "out_dir" not in locals():  # before anything ran
+            return 130
         command = ["fedjax-avail", "run", experiment.name, *(
             a for pair in args.settings for a in ("--set", pair)), "--out", str(out_dir),
             "--resume"]
-        print(f"\nfedjax-avail: {interrupted}; finished results are in {out_dir}/. Resume "
+        what = interrupted if isinstance(interrupted, Interrupted) else "interrupted"
+        print(f"\nfedjax-avail: {what}; finished results are in {out_dir}/. Resume "
               f"with:\n  {shlex.join(command)}", file=sys.stderr)
         return 130
     for label, outcome in outcomes.items():
         if label:
             print(f"\n== {label}")
         print(experiments.format_summary(outcome.summary))
-    print(f"wrote results to {out_dir}/")
+    written = next(iter(outcomes.values())).out_dir if len(outcomes) == 1 else out_dir
+    print(f"wrote results to {written}/")
     ok = all(row["status"] == "ok" for o in outcomes.values() for row in o.summary)
     return 0 if ok else 1
 

@@ -66,11 +66,12 @@ class Result:
 
 
 class DivergenceError(RuntimeError):
-    """The run produced a NaN or Inf; ``.result`` holds everything recorded up to that point."""
+    """The run produced a NaN or Inf; ``.result`` holds everything recorded up to that point
+    and ``.round`` is the round in which it happened (0: the initial model)."""
 
-    def __init__(self, message: str, result: Result):
+    def __init__(self, message: str, result: Result, round_index: int):
         super().__init__(message)
-        self.result = result
+        self.result, self.round = result, round_index
 
 
 class Interrupted(KeyboardInterrupt):
@@ -85,10 +86,24 @@ class Interrupted(KeyboardInterrupt):
         self.result, self.checkpoint_dir = result, checkpoint_dir
 
 
-def _finite(tree) -> jax.Array:
-    leaves = [jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)
+def _finite(state, num_clients: int) -> jax.Array:
+    """Whether the model and every other server array of an algorithm state are finite.
+
+    Per-client tables (leading axis N) are left out: checking N x P values every round would cost
+    more than the round; their running means are server arrays and are checked.
+    """
+    leaves = jax.tree.leaves(state.params) + [
+        leaf for leaf in jax.tree.leaves(state._replace(params=None))
+        if jnp.ndim(leaf) == 0 or jnp.shape(leaf)[0] != num_clients]
+    checks = [jnp.all(jnp.isfinite(leaf)) for leaf in leaves
               if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)]
-    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+    return jnp.all(jnp.stack(checks)) if checks else jnp.bool_(True)
+
+
+def _concat(chunks: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Per-round metrics of consecutive chunks joined along the round axis."""
+    names = chunks[0] if chunks else {}
+    return {k: np.concatenate([c[k] for c in chunks]) for k in names}
 
 
 def _boundaries(done: int, rounds: int, every: tuple[int, ...]) -> list[int]:
@@ -173,8 +188,9 @@ def simulate(
     checkpointer = None
     if checkpoint_dir is not None:
         checkpointer = RunCheckpointer(checkpoint_dir, fingerprint(
-            algorithm, availability, seed, data.arrays, data.counts,
-            jax.eval_shape(task.init, keys.params)))
+            algorithm, availability, task, seed, eval_every, data.arrays, data.counts,
+            test_arrays, jax.eval_shape(task.init, keys.params), jax.__version__,
+            jax.config.jax_default_prng_impl))
     device_data = jax.device_put(data)
     evaluators = {"train": make_evaluator(task, device_data.arrays, eval_batch_size)}
     if test_arrays is not None:
@@ -190,7 +206,8 @@ def simulate(
             reports = reports_of(availability, mask, r, avail_key)
             round_input = RoundInput(r, mask, _keys.algorithm_key(keys, r), reports)
             alg_state, metrics = algorithm.round(alg_state, round_input, problem)
-            health = jnp.where((health == _HEALTHY) & ~_finite(alg_state.params), r, health)
+            bad = ~_finite(alg_state, num_clients)
+            health = jnp.where((health == _HEALTHY) & bad, r, health)
             return (alg_state, avail_state, health), {"num_available": jnp.sum(mask), **metrics}
 
         return jax.lax.scan(one_round, carry, round_ids)
@@ -207,8 +224,16 @@ def simulate(
 
     restored = checkpointer.restore(jax.eval_shape(lambda: carry)) if checkpointer else None
     if restored is not None:
+        if restored.done > rounds:
+            raise ValueError(f"checkpoint_dir holds this run after {restored.done} rounds, more "
+                             f"than rounds={rounds}; ask for at least {restored.done} rounds or "
+                             "use another checkpoint_dir")
         done, carry = restored.done, restored.carry
-        history = History(restored.rows)
+        # The last row of a shorter run may be off the eval_every schedule: an uninterrupted
+        # longer run has no row there.
+        rows = [row for row in restored.rows
+                if row["round"] % eval_every == 0 or row["round"] == rounds]
+        history = History(rows)
         per_round = [restored.round_metrics] if done else []
 
     def evaluate(done: int) -> dict[str, float]:
@@ -223,8 +248,7 @@ def simulate(
         return row
 
     def result() -> Result:
-        names = per_round[0] if per_round else {}
-        metrics = {k: np.concatenate([m[k] for m in per_round]) for k in names}
+        metrics = _concat(per_round)
         timing["total"] = time.perf_counter() - start_time
         ran = done - (restored.done if restored else 0)
         timing["s_per_round"] = timing["run"] / max(ran, 1)
@@ -234,19 +258,18 @@ def simulate(
 
     def save() -> None:
         if checkpointer is not None:
-            names = per_round[0] if per_round else {}
-            checkpointer.save(done, carry, history.rows,
-                              {k: np.concatenate([m[k] for m in per_round]) for k in names})
+            checkpointer.save(done, carry, history.rows, _concat(per_round))
 
-    def diverged(message: str) -> DivergenceError:
-        return DivergenceError(f"{message}. Error.result holds the history so far.", result())
+    def diverged(message: str, round_index: int) -> DivergenceError:
+        return DivergenceError(f"{message}. Error.result holds the history so far.", result(),
+                               round_index)
 
     if restored is None:
         row = evaluate(0)
         if not math.isfinite(row["train_loss"]):
             raise diverged(f"the training loss of the initial model (round 0) is "
                            f"{row['train_loss']}: the task's init or loss gives NaN/Inf before "
-                           "any training (check the model and the data)")
+                           "any training (check the model and the data)", 0)
     bar = tqdm(total=rounds, initial=done, disable=not progress, desc=desc, unit="round",
                mininterval=1.0)
     every = (eval_every,) + ((checkpoint_every or eval_every,) if checkpointer else ())
@@ -269,25 +292,27 @@ def simulate(
                 measured["held"] = sum(a.nbytes for a in jax.live_arrays()) - baseline_bytes
             per_round.append(jax.device_get(metrics))
             done = end
+            bad_round = int(carry[2])
+            bar.update(length)
+            if bad_round != _HEALTHY:  # a non-finite model is not evaluated: its metrics lie
+                bar.close()
+                history.append({name: math.nan for name in history.columns} | {"round": done})
+                raise diverged(
+                    f"the global model became NaN/Inf in round {bad_round} (the run diverged; "
+                    "try a smaller client_lr or server_lr, and check the data)", bad_round)
             if end % eval_every == 0 or end == rounds:
                 row = evaluate(done)
                 bar.set_postfix(train_loss=f"{row['train_loss']:.4f}")
-            bar.update(length)
-            bad_round = int(carry[2])
-            if bad_round != _HEALTHY:
-                bar.close()
-                raise diverged(
-                    f"the global model became NaN/Inf in round {bad_round} (the run diverged; "
-                    "try a smaller client_lr or server_lr, and check the data)")
-            if not math.isfinite(history.rows[-1]["train_loss"]):
-                bar.close()
-                raise diverged(f"the training loss is {history.rows[-1]['train_loss']} after "
-                               f"round {history.rows[-1]['round']} while the model is finite "
-                               "(the loss overflows)")
+                if not math.isfinite(row["train_loss"]):
+                    bar.close()
+                    raise diverged(f"the training loss is {row['train_loss']} after round "
+                                   f"{done} while the model is finite (the loss overflows)",
+                                   done)
+            stop = interrupt.requested  # read once: saved and raised on the same reading
             if checkpointer and (end % (checkpoint_every or eval_every) == 0 or end == rounds
-                                 or interrupt.requested):
+                                 or stop):
                 save()
-            if interrupt.requested and end < rounds:
+            if stop and end < rounds:
                 bar.close()
                 where = checkpointer.directory if checkpointer else None
                 raise Interrupted(

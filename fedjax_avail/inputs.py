@@ -12,29 +12,14 @@ from typing import Any
 
 import numpy as np
 
+from fedjax_avail._checks import check_int, check_optional_int, is_int
 from fedjax_avail.availability import check_reports_forwarded
 from fedjax_avail.data import FederatedData
 from fedjax_avail.tasks import Task
 
+__all__ = ["MAX_ROUNDS", "check_int", "check_optional_int", "check_simulate_args", "is_int"]
+
 MAX_ROUNDS = 2**24  # participation stamps are ranked as float32 (selection), exact below 2^24
-
-
-def is_int(value: Any) -> bool:
-    """True for Python and numpy integers, False for bools."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def check_int(name: str, value: Any, low: int = 1, high: int | None = None) -> None:
-    """Raises ValueError unless ``value`` is an integer in ``[low, high)``."""
-    if not is_int(value) or value < low or (high is not None and value >= high):
-        allowed = f">= {low}" if high is None else f"in [{low}, {high})"
-        raise ValueError(f"{name} must be an integer {allowed}, got {value!r}")
-
-
-def check_optional_int(name: str, value: Any, low: int = 1) -> None:
-    if value is not None:
-        if not is_int(value) or value < low:
-            raise ValueError(f"{name} must be None or an integer >= {low}, got {value!r}")
 
 
 def check_finite(arrays: Mapping[str, Any], name: str) -> None:
@@ -81,8 +66,8 @@ def check_simulate_args(
                             f"{type(obj).__name__}")
     check_int("rounds", rounds, 1, MAX_ROUNDS)
     check_int("eval_every", eval_every)
-    if not is_int(seed) or not 0 <= seed < 2**63:
-        raise ValueError(f"seed must be an integer in [0, 2^63), got {seed!r}")
+    if not is_int(seed) or not 0 <= seed < 2**32:  # PRNGKey(seed) keeps 32 bits without x64
+        raise ValueError(f"seed must be an integer in [0, 2^32), got {seed!r}")
     check_optional_int("client_chunk", client_chunk)
     check_int("eval_batch_size", eval_batch_size)
     check_optional_int("checkpoint_every", checkpoint_every)

@@ -27,6 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from fedjax_avail import _keys
 from fedjax_avail.data import FederatedData
 from fedjax_avail.tasks import Task
 
@@ -101,7 +102,7 @@ def estimate_memory(
       >>> est.terms["per_client_tables"]  # N * P * 4 bytes for the latest-update table
     """
     num_clients = data.num_clients
-    key = jax.ShapeDtypeStruct((2,), np.uint32)  # abstract: shaping computes nothing
+    key = jax.eval_shape(lambda: _keys.run_keys(0).params)  # abstract: shaping computes nothing
     params = jax.eval_shape(task.init, key)
     num_params = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params))
     state = jax.eval_shape(lambda: algorithm.init(params, num_clients))
@@ -117,7 +118,7 @@ def estimate_memory(
     avail = 0 if availability is None else _nbytes(
         jax.eval_shape(lambda k: availability.init(k, num_clients), key))
     test = test_data.arrays if isinstance(test_data, FederatedData) else test_data
-    cohort = getattr(algorithm, "clients_per_round", 1)
+    cohort = cohort_size(algorithm, num_clients)
     if client_chunk is not None:
         cohort = min(cohort, client_chunk)
     example = sum(math.prod(np.shape(a)[1:]) for a in data.arrays.values())
@@ -132,6 +133,16 @@ def estimate_memory(
         "cohort_working_set": working,
     }
     return MemoryEstimate(terms, tables)
+
+
+def cohort_size(algorithm: Any, num_clients: int) -> int:
+    """How many clients ``algorithm`` trains at once: its ``cohort_size(N)`` if it has one
+    (MIFA's authors-code fill round trains all N; sequential SGD one pooled client), else its
+    ``clients_per_round``."""
+    method = getattr(algorithm, "cohort_size", None)
+    if callable(method):
+        return int(method(num_clients))
+    return int(getattr(algorithm, "clients_per_round", 1))
 
 
 def available_bytes(device: jax.Device | None = None) -> int | None:
@@ -168,8 +179,7 @@ def check_fits(estimate: MemoryEstimate, available: int | None) -> None:
         return
     advice = []
     if estimate.terms["per_client_tables"] > available / 4:
-        advice.append("fewer clients or a smaller model (the per-client tables are N x P), or a "
-                      "smaller table dtype where the algorithm offers one")
+        advice.append("fewer clients or a smaller model (the per-client tables are N x P)")
     if estimate.terms["cohort_working_set"] > available / 4:
         advice.append("client_chunk=... to train the cohort in sequential chunks")
     if estimate.terms["data"] > available / 4:

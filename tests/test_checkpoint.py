@@ -149,3 +149,38 @@ def test_ctrl_c_in_the_library_keeps_the_history(monkeypatch, tmp_path):
     assert info.value.checkpoint_dir == tmp_path.resolve()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.isdigit()) == ["10"]
     assert os.path.isdir(tmp_path / "10")
+
+
+def test_resuming_with_fewer_rounds_is_refused(tmp_path):
+    _run(30, checkpoint_dir=tmp_path)
+    with pytest.raises(ValueError, match="after 30 rounds, more than rounds=20"):
+        _run(20, checkpoint_dir=tmp_path)
+
+
+def test_extending_a_run_that_ended_off_the_eval_schedule(tmp_path):
+    # The 35-round run's last row (round 35) is not on the eval_every=10 schedule of the longer
+    # run, which has rows at 30 and 40 only.
+    _run(35, checkpoint_dir=tmp_path)
+    extended = _run(60, checkpoint_dir=tmp_path)
+    assert extended.history["round"].tolist() == [0, 10, 20, 30, 40, 50, 60]
+    _assert_same(extended, _run(60))
+
+
+def test_a_changed_test_set_or_eval_every_is_another_run(tmp_path):
+    task, fd, alg, process, test = _setup()
+    fa.simulate(task, fd, alg, process, rounds=10, seed=3, eval_every=10, test_data=test,
+                checkpoint_dir=tmp_path)
+    other = {"x": test["x"][:50], "y": test["y"][:50]}
+    for changes in (dict(test_data=other, eval_every=10), dict(test_data=test, eval_every=5)):
+        with pytest.raises(ValueError, match="of a different run"):
+            fa.simulate(task, fd, alg, process, rounds=20, seed=3, checkpoint_dir=tmp_path,
+                        **changes)
+
+
+def test_a_write_killed_half_way_is_ignored(uninterrupted, tmp_path):
+    _run(40, checkpoint_dir=tmp_path, checkpoint_every=20)
+    # What orbax leaves when killed while writing step 60: a temporary directory, never renamed.
+    partial = tmp_path / "60.orbax-checkpoint-tmp-1234567890"
+    shutil.copytree(tmp_path / "40", partial)
+    shutil.rmtree(partial / "carry")
+    _assert_same(_run(120, checkpoint_dir=tmp_path, checkpoint_every=20), uninterrupted)

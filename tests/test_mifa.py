@@ -107,26 +107,33 @@ def test_dropout_inside_a_combinator_or_another_dropout_is_applied(digits):
         gone = fa.simulate(task, fd, alg, process, rounds=3, seed=1)
         np.testing.assert_array_equal(_flat(gone.params), start)
         assert (gone.round_metrics["num_selected"] == 0).all()
-    # Two independent drop-outs of 0.5 compose to a report rate of 0.25.
-    twice = fa.simulate(task, fd, alg, fa.availability.all_of(dropout(on, 0.5), dropout(on, 0.5)),
-                        rounds=200, seed=2, eval_every=200)
-    share = twice.round_metrics["num_selected"].mean() / 20
-    assert abs(share - 0.25) < 5 * np.sqrt(0.25 * 0.75 / 4000)
+    # Two independent drop-outs of 0.5 compose to a report rate of 0.25, side by side or nested.
+    for process in (fa.availability.all_of(dropout(on, 0.5), dropout(on, 0.5)),
+                    dropout(dropout(on, 0.5), 0.5)):
+        twice = fa.simulate(task, fd, alg, process, rounds=200, seed=2, eval_every=200)
+        share = twice.round_metrics["num_selected"].mean() / 20
+        assert abs(share - 0.25) < 5 * np.sqrt(0.25 * 0.75 / 4000)
 
 
-def test_a_wrapper_that_hides_a_dropout_is_refused():
-    @dataclasses.dataclass(frozen=True)
-    class Delayed:  # a user's wrapper without reports()
-        inner: object
+class _Plain:  # a user's wrapper without reports(), as a plain class
+    def __init__(self, inner):
+        self.inner = inner
 
-        def init(self, key, n):
-            return self.inner.init(key, n)
+    def init(self, key, n):
+        return self.inner.init(key, n)
 
-        def step(self, state, t, key):
-            return self.inner.step(state, t, key)
+    def step(self, state, t, key):
+        return self.inner.step(state, t, key)
 
+
+_Frozen = dataclasses.dataclass(frozen=True)(type("_Frozen", (), {
+    "__annotations__": {"inner": object}, "init": _Plain.init, "step": _Plain.step}))
+
+
+@pytest.mark.parametrize("wrapper", [_Plain, _Frozen])
+def test_a_wrapper_that_hides_a_dropout_is_refused(wrapper):
     fd = point_clients([[1.0], [2.0]])
     alg = fa.algorithms.FedSGD(clients_per_round=2, batch_size=1)
     with pytest.raises(ValueError, match="drop-outs would be ignored"):
-        fa.simulate(quadratic_task(), fd, alg, Delayed(dropout(fa.availability.AlwaysOn(), 0.5)),
+        fa.simulate(quadratic_task(), fd, alg, wrapper(dropout(fa.availability.AlwaysOn(), 0.5)),
                     rounds=2)

@@ -94,6 +94,30 @@ def test_divergence_is_caught_in_the_round_it_happens():
     assert info.value.result.history["round"].tolist() == [0, 1000]  # what was recorded
 
 
+def test_a_non_finite_model_is_not_scored():
+    # With lr = 5 the model overflows in round 40 (above); a metric of it (here the share of
+    # positive coordinates, 0.0 for NaN) would be a plausible-looking number.
+    task = fa.Task(init=quadratic_task().init, loss=quadratic_task().loss,
+                   metrics=lambda x, b: {"positive": jnp.mean(x > 0)})
+    alg = fa.algorithms.FedSGD(clients_per_round=1, batch_size=1, client_lr=5.0)
+    with pytest.raises(fa.DivergenceError) as info:
+        fa.simulate(task, point_clients([[1.0]]), alg, fa.availability.AlwaysOn(), rounds=100,
+                    eval_every=100, test_data={"y": np.ones((1, 1), np.float32)})
+    assert info.value.round == 40
+    last = info.value.result.history.rows[-1]
+    assert last["round"] == 100 and all(np.isnan(v) for k, v in last.items() if k != "round")
+
+
+def test_a_diverged_algorithm_is_summarised_at_its_round(tmp_path):
+    outcome = experiments.run(experiments.DEFAULT, {"rounds": 40, "eval_every": 20, "lr": 1e37,
+                                                    "algorithms": ("fedavg",)}, tmp_path,
+                              progress=False)
+    (row,) = outcome.summary
+    assert row["status"].startswith("diverged") and row["final_train_loss"] is None
+    assert f"(diverged at round {row['stopped_at_round']})" in experiments.format_summary(
+        outcome.summary)
+
+
 def test_a_nan_initial_model_is_caught_at_round_zero():
     task = fa.Task(init=lambda key: jnp.full((1,), jnp.nan),
                    loss=lambda x, b: jnp.mean((x - b["y"]) ** 2))

@@ -6,6 +6,7 @@ from typing import Any, NamedTuple, Protocol
 
 import jax
 
+from fedjax_avail._checks import check_int, check_positive
 from fedjax_avail.local import Problem
 
 Metrics = dict[str, jax.Array]
@@ -56,12 +57,10 @@ def check_local_training(
         ("local_steps", local_steps),
         ("batch_size", batch_size),
     ):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if not lr > 0:
-        raise ValueError(f"{lr_name} must be > 0, got {lr!r}")
-    if server_lr is not None and not server_lr > 0:
-        raise ValueError(f"server_lr must be > 0, got {server_lr!r}")
+        check_int(name, value)
+    check_positive(lr_name, lr)
+    if server_lr is not None:
+        check_positive("server_lr", server_lr)
 
 
 def check_cohort_fits(clients_per_round: int, num_clients: int) -> None:

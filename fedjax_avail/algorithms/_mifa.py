@@ -105,6 +105,10 @@ class MIFA:
     def validate(self, num_clients: int) -> None:
         check_cohort_fits(self.clients_per_round, num_clients)
 
+    def cohort_size(self, num_clients: int) -> int:
+        """Clients trained at once: all N in the authors' fill round, else K."""
+        return num_clients if self.start == "authors_code" else self.clients_per_round
+
     def init(self, params: Any, num_clients: int) -> MIFAState:
         size = flat_size(params)
         return MIFAState(

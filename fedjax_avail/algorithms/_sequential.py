@@ -45,6 +45,11 @@ class SequentialSGD:
     def validate(self, num_clients: int) -> None:
         del num_clients
 
+    def cohort_size(self, num_clients: int) -> int:
+        """One pooled "client" trains."""
+        del num_clients
+        return 1
+
     def init(self, params: Any, num_clients: int) -> SequentialSGDState:
         del num_clients
         return SequentialSGDState(params)

@@ -57,9 +57,11 @@ class Dropout:
         return self.process.step(state, t, key)
 
     def reports(self, available: jax.Array, t: jax.Array, key: jax.Array) -> jax.Array:
-        own = jax.random.uniform(jax.random.fold_in(key, _REPORTS_STREAM), available.shape)
-        inner = reports_of(self.process, available, t, key)
-        return own >= self.q if inner is None else (own >= self.q) & inner
+        own, inner_key = jax.random.split(jax.random.fold_in(key, _REPORTS_STREAM))
+        reports = jax.random.uniform(own, available.shape) >= self.q
+        # A drop-out inside this one draws from its own stream: the two are independent.
+        inner = reports_of(self.process, available, t, inner_key)
+        return reports if inner is None else reports & inner
 
 
 def dropout(process: AvailabilityProcess, q: float) -> Dropout:
@@ -103,12 +105,13 @@ def _drops_out(process) -> bool:
 
 
 def _children(process, where: str):
-    if not dataclasses.is_dataclass(process):
-        return
-    for field in dataclasses.fields(process):
-        value = getattr(process, field.name)
+    if dataclasses.is_dataclass(process):
+        fields = {f.name: getattr(process, f.name) for f in dataclasses.fields(process)}
+    else:
+        fields = dict(getattr(process, "__dict__", {}))  # a plain class: its attributes
+    for name, value in fields.items():
         items = enumerate(value) if isinstance(value, (tuple, list)) else [(None, value)]
         for i, item in items:
             if callable(getattr(item, "init", None)) and callable(getattr(item, "step", None)):
                 suffix = "" if i is None else f"[{i}]"
-                yield f"{where}.{field.name}{suffix}", item
+                yield f"{where}.{name}{suffix}", item

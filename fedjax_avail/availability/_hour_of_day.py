@@ -8,13 +8,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_avail._checks import is_int
 from fedjax_avail.availability._process import State
 
 HOURS_PER_DAY = 24
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -61,9 +58,9 @@ class HourOfDay:
         if start.min() < 0 or start.max() >= HOURS_PER_DAY:
             raise ValueError(f"start_hour must be in 0..23, got values in "
                              f"[{start.min()}, {start.max()}]")
-        if not _is_int(self.hours) or not 1 <= self.hours <= HOURS_PER_DAY:
+        if not is_int(self.hours) or not 1 <= self.hours <= HOURS_PER_DAY:
             raise ValueError(f"hours must be an integer in 1..24, got {self.hours!r}")
-        if not _is_int(self.rounds_per_hour) or self.rounds_per_hour < 1:
+        if not is_int(self.rounds_per_hour) or self.rounds_per_hour < 1:
             raise ValueError(f"rounds_per_hour must be an integer >= 1, got "
                              f"{self.rounds_per_hour!r}")
 
@@ -91,7 +88,7 @@ class HourOfDay:
                              f"{counts.shape}")
         if not np.all(np.isfinite(counts) & (counts >= 0)):
             raise ValueError("hourly_counts must be finite and >= 0")
-        if not _is_int(hours) or not 1 <= hours <= HOURS_PER_DAY:
+        if not is_int(hours) or not 1 <= hours <= HOURS_PER_DAY:
             raise ValueError(f"hours must be an integer in 1..24, got {hours!r}")
         window = (np.arange(HOURS_PER_DAY)[:, None] + np.arange(hours)[None, :]) % HOURS_PER_DAY
         totals = counts[:, window].sum(axis=-1)  # [N, 24]: activity of the window from hour s

@@ -8,11 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_avail._checks import is_int
 from fedjax_avail.availability._process import State
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -39,7 +36,7 @@ class Periodic:
                              f"{groups.dtype} {groups.shape}")
         if groups.min() < 0:
             raise ValueError(f"groups must be >= 0, got min {groups.min()}")
-        if not _is_int(self.period) or self.period < 1:
+        if not is_int(self.period) or self.period < 1:
             raise ValueError(f"period must be an integer >= 1, got {self.period!r}")
 
     @property
@@ -70,9 +67,9 @@ def diurnal(labels: np.ndarray, D: int, E: int) -> Periodic:  # noqa: N803 (the 
       E: rounds per phase, an integer >= 1.
     """
     labels = np.asarray(labels)
-    if not _is_int(D) or not 1 <= D <= labels.max():
+    if not is_int(D) or not 1 <= D <= labels.max():
         raise ValueError(f"D must be an integer in [1, {labels.max()}] (both groups non-empty), "
                          f"got {D!r}")
-    if not _is_int(E) or E < 1:
+    if not is_int(E) or E < 1:
         raise ValueError(f"E must be an integer >= 1, got {E!r}")
     return Periodic(groups=(labels >= D).astype(np.int32), period=int(E))

@@ -14,6 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from fedjax_avail._checks import check_int
+
 _CONCRETE = (np.ndarray, np.generic, jax.Array, int, float, bool)
 
 
@@ -116,8 +118,7 @@ class FederatedData:
         if client_ids.min() < 0:
             raise ValueError(f"client_ids must be >= 0, got min {client_ids.min()}")
         if num_clients is not None:
-            if not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
-                raise ValueError(f"num_clients must be an integer >= 1, got {num_clients!r}")
+            check_int("num_clients", num_clients)
             if client_ids.max() >= num_clients:
                 raise ValueError(f"client_ids must be in [0, num_clients={num_clients}), got max "
                                  f"{client_ids.max()}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedjax_avail._checks import is_int
 from fedjax_avail.data._federated import FederatedData
 
 
@@ -18,8 +19,7 @@ def _check(x: np.ndarray, y: np.ndarray, num_clients: int) -> tuple[np.ndarray, 
         raise ValueError(f"y must be an [M] vector of labels, got shape {y.shape}")
     if len(x) != len(y):
         raise ValueError(f"x and y must have the same length, got len(x)={len(x)}, len(y)={len(y)}")
-    integer = isinstance(num_clients, (int, np.integer)) and not isinstance(num_clients, bool)
-    if not integer or not 1 <= num_clients <= len(y):
+    if not is_int(num_clients) or not 1 <= num_clients <= len(y):
         raise ValueError(
             f"num_clients must be an integer in [1, {len(y)}] (one example each), got "
             f"{num_clients!r}"

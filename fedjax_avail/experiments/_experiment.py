@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from fedjax_avail._checks import check_optional_int
 from fedjax_avail._io import atomic_write_text, check_writable_dir
 from fedjax_avail._provenance import provenance
 from fedjax_avail.algorithms import Algorithm
@@ -144,6 +145,7 @@ def run(
       fedjax_avail.Interrupted: Ctrl-C; what finished is written and checkpointed first.
     """
     config = experiment.config(overrides)
+    check_optional_int("checkpoint_every", checkpoint_every)
     if out_dir is not None:
         out_dir = check_writable_dir(out_dir, "out_dir")
     setup = experiment.build(config)
@@ -165,17 +167,18 @@ def run(
                 test_data=setup.test, progress=progress, desc=name,
                 checkpoint_dir=checkpoints, checkpoint_every=every,
             )
-            status = "ok"
+            status, stopped = "ok", None
         except DivergenceError as error:
-            result, status = error.result, f"diverged: {error}"
+            result, status, stopped = error.result, f"diverged: {error}", error.round
         except Interrupted as interrupted:
             histories[name] = interrupted.result.history
-            summary.append(_summary_row(name, "interrupted", interrupted.result, setup, start))
+            summary.append(_summary_row(name, "interrupted", interrupted.result, setup, start,
+                                        int(interrupted.result.history.rows[-1]["round"])))
             if out_dir is not None:
                 out_dir = _write(out_dir, meta, histories, summary, experiment, plot=True)
             raise
         histories[name] = result.history
-        summary.append(_summary_row(name, status, result, setup, start))
+        summary.append(_summary_row(name, status, result, setup, start, stopped))
         if out_dir is not None:
             last = len(histories) == len(setup.algorithms)
             out_dir = _write(out_dir, meta, histories, summary, experiment, plot=last)
@@ -187,11 +190,12 @@ def _number(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else float(value)
 
 
-def _summary_row(name, status, result, setup, start) -> dict[str, Any]:
+def _summary_row(name, status, result, setup, start, stopped) -> dict[str, Any]:
     last = result.history.rows[-1]
     return {
         "algorithm": name,
         "status": status,
+        "stopped_at_round": stopped,  # the round it diverged in, or was interrupted after
         "rounds_done": int(last["round"]),
         "final_train_loss": _number(last["train_loss"]),
         "final_test_accuracy": _number(last.get("test_accuracy")),
@@ -235,8 +239,8 @@ def format_summary(summary: list[dict[str, Any]]) -> str:
     """A fixed-width table of the summary rows ("n/a" where a value was not measured)."""
     lines = [f"{'algorithm':<14} {'train loss':>10} {'test acc':>9} {'amplitude':>10} {'sec':>7}"]
     for row in summary:
-        flag = "" if row["status"] == "ok" else f"  ({row['status'].split(':')[0]} at round " \
-                                                  f"{row['rounds_done']})"
+        flag = "" if row["status"] == "ok" else (
+            f"  ({row['status'].split(':')[0]} at round {row['stopped_at_round']})")
         lines.append(
             f"{row['algorithm']:<14} {_cell(row['final_train_loss'], 10)} "
             f"{_cell(row['final_test_accuracy'], 9)} {_cell(row['amplitude_last_window'], 10)} "

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fedjax_avail.inputs import MAX_ROUNDS, is_int
+from fedjax_avail._checks import is_int, is_real
+from fedjax_avail.inputs import MAX_ROUNDS
 
 
 def _int(low: int, high: int | None = None) -> tuple[str, Callable[[Any], bool]]:
@@ -17,9 +18,9 @@ def _int(low: int, high: int | None = None) -> tuple[str, Callable[[Any], bool]]
     return text, lambda v: is_int(v) and v >= low and (high is None or v < high)
 
 
-def _number(text: str, test: Callable[[float], bool]) -> tuple[str, Callable[[Any], bool]]:
+def _real(text: str, test: Callable[[float], bool]) -> tuple[str, Callable[[Any], bool]]:
     def check(v: Any) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and test(float(v))
+        return is_real(v) and test(float(v))
 
     return text, check
 
@@ -31,19 +32,19 @@ RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "batch_size": _int(1),
     "rounds": _int(1, MAX_ROUNDS),
     "eval_every": _int(1),
-    "seed": _int(0),
+    "seed": _int(0, 2**32),
     "E": _int(1),
     "D": _int(1),
-    "lr": _number("a number > 0", lambda v: v > 0),
-    "server_lr": _number("a number > 0", lambda v: v > 0),
-    "mu": _number("a number >= 0", lambda v: v >= 0),
-    "alpha": _number("a number in [0, 0.5]", lambda v: 0 <= v <= 0.5),
-    "mean_availability": _number("a number in (0, 1)", lambda v: 0 < v < 1),
-    "markov_p_off": _number("a number in (0, 1]", lambda v: 0 < v <= 1),
+    "lr": _real("a number > 0", lambda v: v > 0),
+    "server_lr": _real("a number > 0", lambda v: v > 0),
+    "mu": _real("a number >= 0", lambda v: v >= 0),
+    "alpha": _real("a number in [0, 0.5]", lambda v: 0 <= v <= 0.5),
+    "mean_availability": _real("a number in (0, 1)", lambda v: 0 < v < 1),
+    "markov_p_off": _real("a number in (0, 1]", lambda v: 0 < v <= 1),
     "rounds_per_hour": _int(1),
 }
 OPTIONAL = {
-    "beta": _number("None or a number in (0, 1]", lambda v: 0 < v <= 1),
+    "beta": _real("None or a number in (0, 1]", lambda v: 0 < v <= 1),
 }
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import jax.numpy as jnp
-import numpy as np
 from flax import linen as nn
 
+from fedjax_avail._checks import check_int
 from fedjax_avail.tasks._task import Task, classification
 
 
@@ -75,8 +75,7 @@ class LeNet5(nn.Module):
 def positive(**kwargs: int) -> None:
     """Raises ValueError naming the first argument that is not an integer >= 1."""
     for name, value in kwargs.items():
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        check_int(name, value)
 
 
 def logistic_regression(num_features: int = 784, num_classes: int = 10) -> Task:

@@ -48,11 +48,34 @@ def normalize_images(x: jax.Array) -> jax.Array:
     uint8 (0..255, how images are stored) becomes [0, 1]; uint16 is divided by 65535; bool
     becomes 0/1. Float images pass through as they are: float pixels already in [0, 1] (the
     torchvision convention) stay in [0, 1], and raw 0-255 floats (WKAFL's code) stay 0-255.
+    The classification tasks refuse other integer dtypes (:func:`check_pixels`).
     """
     x = jnp.asarray(x)
     if jnp.issubdtype(x.dtype, jnp.integer):
         return x.astype(jnp.float32) / float(jnp.iinfo(x.dtype).max)
     return x.astype(jnp.float32)
+
+
+IMAGE_INTEGERS = (np.uint8, np.uint16)
+
+
+def check_pixels(x: np.ndarray, name: str) -> None:
+    """Raises ValueError for pixels :func:`normalize_images` would misread.
+
+    Integer pixels are divided by their dtype's maximum, which is right for uint8 and uint16
+    images; 0..255 pixels held as int64 (what ``np.array`` of Python ints gives) would become
+    about 0, so other integer dtypes are refused.
+    """
+    if x.dtype == bool or np.issubdtype(x.dtype, np.floating):
+        return
+    if np.issubdtype(x.dtype, np.integer) and x.dtype.type in IMAGE_INTEGERS:
+        return
+    if np.issubdtype(x.dtype, np.integer):
+        raise ValueError(
+            f"{name} has dtype {x.dtype}: integer pixels are divided by their dtype's maximum "
+            f"({np.iinfo(x.dtype).max}), which would make them about 0; store images as uint8 "
+            f"(0..255) or uint16, or as floats (used as they are)")
+    raise ValueError(f"{name} must hold numeric pixels, got dtype {x.dtype}")
 
 
 def check_labels(arrays: Arrays, name: str, num_classes: int, key: str = "y") -> None:
@@ -128,7 +151,6 @@ def classification(module: nn.Module, input_shape: tuple[int, ...]) -> Task:
         if x.ndim < 1 or int(np.prod(x.shape[1:])) != size:
             raise ValueError(f"{name}['x'] must hold examples of {size} values (input_shape "
                              f"{input_shape}), got shape {x.shape}")
-        if not (np.issubdtype(x.dtype, np.number) or x.dtype == bool):
-            raise ValueError(f"{name}['x'] must be numeric, got dtype {x.dtype}")
+        check_pixels(x, f"{name}['x']")
 
     return classification_task(init, logits, num_classes, check_inputs)
