@@ -4,7 +4,7 @@ All N clients live on a leading array axis; a round is a pure function, a run is
 ``lax.scan`` over rounds. See ``README.md`` and ``DESIGN.md`` for the architecture.
 """
 
-from fedjax_avail import algorithms, availability, cohort, data, selection, tasks
+from fedjax_avail import algorithms, availability, clock, cohort, data, selection, tasks
 from fedjax_avail.data import FederatedData
 from fedjax_avail.engine import DivergenceError, Interrupted, Result, simulate
 from fedjax_avail.history import History
@@ -24,6 +24,7 @@ __all__ = [
     "__version__",
     "algorithms",
     "availability",
+    "clock",
     "cohort",
     "data",
     "estimate_memory",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from fedjax_avail.availability import AvailabilityProcess, reports_of
 from fedjax_avail.checkpoint import RunCheckpointer, fingerprint
 from fedjax_avail.data import FederatedData
 from fedjax_avail.evaluation import make_evaluator
-from fedjax_avail.history import History
+from fedjax_avail.history import History, round_columns
 from fedjax_avail.local import Problem
 from fedjax_avail.tasks import Task
 
@@ -220,6 +221,7 @@ def simulate(
         evaluator.compile(params)
     timing["compile"] += time.perf_counter() - t0
     history, per_round, done = History(), [], 0
+    pending: list[dict[str, np.ndarray]] = []  # per-round metrics since the last history row
     measured: dict[str, int] = {"estimated": estimate.total}
 
     restored = checkpointer.restore(jax.eval_shape(lambda: carry)) if checkpointer else None
@@ -235,10 +237,15 @@ def simulate(
                 if row["round"] % eval_every == 0 or row["round"] == rounds]
         history = History(rows)
         per_round = [restored.round_metrics] if done else []
+        since = int(rows[-1]["round"])
+        pending = [{k: v[since:] for k, v in restored.round_metrics.items()}] if done else []
 
     def evaluate(done: int) -> dict[str, float]:
         t0 = time.perf_counter()
         row: dict[str, float] = {"round": done}
+        if done:
+            row.update(round_columns(_concat(pending)))
+            pending.clear()
         for split, evaluator in evaluators.items():
             values = jax.device_get(evaluator(carry[0].params))
             row[f"{split}_loss"] = float(values.pop("loss"))
@@ -291,6 +298,7 @@ def simulate(
             if "held" not in measured:
                 measured["held"] = sum(a.nbytes for a in jax.live_arrays()) - baseline_bytes
             per_round.append(jax.device_get(metrics))
+            pending.append(per_round[-1])
             done = end
             bad_round = int(carry[2])
             bar.update(length)
@@ -321,4 +329,11 @@ def simulate(
                        if where else " (no checkpoint_dir: nothing saved)"),
                     result(), where)
     bar.close()
-    return result()
+    out = result()
+    dropped = int(np.sum(out.round_metrics.get("dropped_stale", 0)))
+    if dropped:
+        warnings.warn(
+            f"{dropped} contributions were dropped: the model version their job started from "
+            f"was older than the history of {getattr(algorithm, 'history', '?')} models kept; "
+            "raise `history`, or use history=None (exact per-client copies)", stacklevel=2)
+    return out

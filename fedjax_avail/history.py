@@ -66,3 +66,21 @@ class History:
     def __repr__(self) -> str:
         last = self.rows[-1] if self.rows else {}
         return f"History({len(self)} rows, last={last})"
+
+
+def round_columns(metrics: dict[str, np.ndarray]) -> dict[str, float]:
+    """History columns summarising the per-round metrics of the rounds since the last row.
+
+    Asynchronous runs record ``virtual_time`` (at the last of those rounds) and the mean and
+    largest staleness of the contributions applied in them (``staleness_mean``,
+    ``staleness_max``; NaN when none was applied).
+    """
+    row: dict[str, float] = {}
+    if "virtual_time" in metrics and len(metrics["virtual_time"]):
+        row["virtual_time"] = float(metrics["virtual_time"][-1])
+    if "applied_staleness" in metrics:
+        staleness = np.asarray(metrics["applied_staleness"])
+        staleness = staleness[staleness >= 0]
+        row["staleness_mean"] = float(staleness.mean()) if staleness.size else math.nan
+        row["staleness_max"] = float(staleness.max()) if staleness.size else math.nan
+    return row

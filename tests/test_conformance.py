@@ -23,6 +23,17 @@ ALGORITHMS = {
                                    start="immediately"),
     "mifa_after_all_seen": lambda: fa.algorithms.MIFA(**KW, client_lr=0.02, lr_decay=False),
     "sequential": lambda: fa.algorithms.SequentialSGD(**KW, lr=0.004),
+    "kasync": lambda: fa.algorithms.KAsyncSGD(clients_per_round=4, batch_size=2, client_lr=0.02),
+    "twafl": lambda: fa.algorithms.TWAFL(clients_per_round=4, batch_size=2, client_lr=0.02),
+    "sasgd": lambda: fa.algorithms.SASGD(clients_per_round=4, batch_size=2, client_lr=0.05),
+    "gsgm": lambda: fa.algorithms.GSGM(clients_per_round=4, batch_size=2, client_lr=0.02),
+    "wkafl": lambda: fa.algorithms.WKAFL(clients_per_round=4, batch_size=2, client_lr=0.02,
+                                         switch_round=100),
+    "fedbuff": lambda: fa.algorithms.FedBuff(buffer_size=4, local_steps=3, batch_size=2,
+                                             client_lr=0.02, concurrency=6,
+                                             durations=fa.clock.Constant(1.0)),
+    "fedasync": lambda: fa.algorithms.FedAsync(local_steps=3, batch_size=2, client_lr=0.02,
+                                               mixing=0.3),
 }
 
 
@@ -65,7 +76,10 @@ def test_bit_identical_for_a_seed(algorithm):
 def test_converges_on_a_quadratic(algorithm):
     points = _points(8, seed=3)
     fd, task = point_clients(points), quadratic_task(3)
-    algorithm = dataclasses.replace(algorithm, clients_per_round=8)  # no cohort sampling noise
+    fields = {f.name for f in dataclasses.fields(algorithm)}
+    changes = {name: value for name, value in (  # no cohort sampling noise
+        ("clients_per_round", 8), ("buffer_size", 8), ("concurrency", None)) if name in fields}
+    algorithm = dataclasses.replace(algorithm, **changes)
     result = fa.simulate(task, fd, algorithm, fa.availability.AlwaysOn(), rounds=400,
                          eval_every=400)
     # The optimum of the mean of ||x - e_i||^2 is the mean point, where the loss is the spread.
@@ -89,5 +103,8 @@ def test_cohort_compute_does_not_grow_with_N(algorithm):
         return step.lower(state, jax.device_put(fd)).compile().cost_analysis()["flops"]
 
     per_extra_client = (flops(5000) - flops(50)) / 4950
-    # Training one client costs C*B*(64*10)*~6 flops = 23,040 here; bookkeeping must stay far below.
-    assert per_extra_client < 200, per_extra_client
+    # Training one client costs C*B*(64*10)*~6 flops = 23,040 here (C = 3, B = 2). Bookkeeping
+    # over all N (availability draws, selection ranks, the async clock's slots and duration
+    # draws) costs O(1) per client, at most a few hundred flops; training all N would cost
+    # 23,040 per client.
+    assert per_extra_client < 1000, per_extra_client

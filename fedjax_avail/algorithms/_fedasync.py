@@ -1,0 +1,98 @@
+"""FedAsync (Xie, Koyejo, Gupta 2019, "Asynchronous Federated Optimization", arXiv 1903.03934).
+
+Each upload is applied at once (one upload per server update): a client started from version
+tau takes Q SGD steps on ``f_i(x) + (mu / 2) ||x - x_tau||^2`` (its regularised local
+objective) and the server mixes ``w <- (1 - alpha_t) w + alpha_t x_new`` with
+``alpha_t = alpha s(t - tau)``, s a staleness function (:mod:`._staleness`: constant, polynomial
+``(s + 1)^(-a)``, hinge). The defaults (alpha = 0.6, polynomial with a = 0.5, mu = 0) are one of
+the paper's settings; no paper of this project fixes them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+from fedjax_avail import clock as clock_lib
+from fedjax_avail.algorithms._async import AsyncParts, completions, record
+from fedjax_avail.algorithms._base import Metrics, RoundInput, check_local_training
+from fedjax_avail.algorithms._staleness import check_function, staleness_factor
+from fedjax_avail.local import Problem, local_sgd
+
+
+class FedAsyncState(NamedTuple):
+    params: Any  # global model pytree, P parameters
+    clock: Any  # the event clock's state
+    store: jax.Array  # [H, P] model history, or [N, P] per-client start models
+
+
+@dataclasses.dataclass(frozen=True)
+class FedAsync(AsyncParts):
+    """Asynchronous federated optimisation with staleness-dependent mixing (module docstring).
+
+    Args:
+      local_steps: Q.
+      batch_size: B.
+      client_lr: eta.
+      mixing: alpha in (0, 1].
+      staleness: ``"constant"``, ``"polynomial"`` or ``"hinge"``.
+      staleness_a, staleness_b: a and b of the staleness function.
+      mu: proximal coefficient rho >= 0 of the local objective.
+      durations, concurrency, history, offline: :class:`AsyncParts` (default
+        ``Exponential(1.0)`` durations, every client working).
+    """
+
+    local_steps: int = 10
+    batch_size: int = 5
+    client_lr: float = 0.01
+    mixing: float = 0.6
+    staleness: str = "polynomial"
+    staleness_a: float = 0.5
+    staleness_b: float = 4.0
+    mu: float = 0.0
+    durations: Any = dataclasses.field(default_factory=lambda: clock_lib.Exponential(1.0),
+                                       kw_only=True)
+
+    def __post_init__(self):
+        check_local_training(1, self.local_steps, self.batch_size, self.client_lr, "client_lr")
+        if not (math.isfinite(self.mixing) and 0 < self.mixing <= 1):
+            raise ValueError(f"mixing must be in (0, 1], got {self.mixing!r}")
+        check_function(self.staleness, self.staleness_a, self.staleness_b)
+        if not (math.isfinite(self.mu) and self.mu >= 0):
+            raise ValueError(f"mu must be a finite number >= 0, got {self.mu!r}")
+        self._check_async(1)
+
+    def validate(self, num_clients: int) -> None:
+        self._validate_async(1, num_clients)
+
+    def cohort_size(self, num_clients: int) -> int:
+        """Jobs trained in one update."""
+        del num_clients
+        return 1
+
+    def init(self, params: Any, num_clients: int) -> FedAsyncState:
+        return FedAsyncState(params, *self._init_async(params, num_clients, 1))
+
+    def round(
+        self, state: FedAsyncState, inputs: RoundInput, problem: Problem
+    ) -> tuple[FedAsyncState, Metrics]:
+        clock_state, c, started, metrics = completions(
+            self, 1, state.clock, state.store, inputs, state.params)
+        updates = local_sgd(problem, state.params, c.clients, c.train_key,
+                            steps=self.local_steps, batch_size=self.batch_size,
+                            lr=self.client_lr, mu=self.mu, starts=c.starts,
+                            batch_ids=c.batch_ids)
+        x_new = c.starts[0] + updates[0]  # the client's model
+        weight = self.mixing * staleness_factor(c.staleness, self.staleness, self.staleness_a,
+                                                self.staleness_b)[0]
+        weight = jnp.where(c.valid[0], weight, 0.0)
+        x, unravel = ravel_pytree(state.params)
+        params = unravel((1.0 - weight) * x + weight * x_new)
+        store = record(self, state.store, inputs.round, state.params, params, started)
+        metrics = {**metrics, "mixing": weight}
+        return FedAsyncState(params, clock_state, store), metrics

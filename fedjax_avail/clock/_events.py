@@ -1,0 +1,245 @@
+"""The event clock: jobs of random durations in up to M concurrency slots, completed in time order.
+
+One call of :meth:`EventClock.step` is one server step (the scan step): it advances virtual
+time through the next K job completions (the buffer of FedBuff, the K gradients of K-async
+SGD). The rules, in order:
+
+1. **Offline clients.** A job whose client is unavailable at this step is ``"lost"`` (cancelled,
+   its slot freed; counted in ``jobs_lost``) or, with ``offline="late"``, it cannot complete
+   until its client is available again.
+2. **Starting.** Free slots are filled by available idle clients drawn uniformly at random; a job
+   starts from the current model (version t) and draws its duration then.
+3. **Completing.** The K eligible jobs that finish first complete, one event at a time, in order
+   of (finish time, client index): the lower index first on equal times. Each completion frees
+   its slot, and at that instant a client drawn uniformly from the available idle clients (the
+   one that just finished included) starts a new job in it. With concurrency N every other
+   client is busy, so a client simply restarts: FedBuff's Algorithm 1 (download, Q steps,
+   upload, repeat). A restarted job may complete again within the same step.
+4. **Ties with the update.** The server model changes only after the step's last completion.
+   Uploads at the same instant as the update are received before it, and downloads at that
+   instant see the new model: a job restarted at the instant of the update starts from version
+   t + 1 (so K = M = N with constant durations is synchronous FedAvg).
+
+Fewer than K completions happen only when fewer jobs can complete (too few available clients):
+the step then applies what completed. Virtual time is kept as a compensated float32 sum.
+
+Cost per step: O(N) for the availability bookkeeping and the draws of starting clients, O(M) to
+find the K earliest jobs in flight, O(K^2) for the events among those and the restarted jobs;
+never O(N P).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_avail.clock._durations import Durations
+from fedjax_avail.clock._store import Starts
+
+OFFLINE = ("lost", "late")
+_NEVER = jnp.inf
+
+
+class Completions(NamedTuple):
+    """The jobs completed in a step (K slots, padded)."""
+
+    clients: jax.Array  # [K] int32
+    versions: jax.Array  # [K] int32, the model version each job started from
+    valid: jax.Array  # [K] bool
+
+
+class EventClockState(NamedTuple):
+    slot_client: jax.Array  # [M] int32, the client running in slot m; -1: free
+    slot_remaining: jax.Array  # [M] float32, virtual time until that job finishes
+    slot_version: jax.Array  # [M] int32, the model version the job started from
+    busy: jax.Array  # [N] bool, client has a job in flight
+    speed: jax.Array  # [N] float32, duration divisors
+    time: jax.Array  # [2] float32, virtual time as (sum, compensation)
+    jobs_lost: jax.Array  # [] int32, jobs cancelled because their client went offline
+
+
+def _uniform_scores(key: jax.Array, mask: jax.Array) -> jax.Array:
+    """float32 scores, uniform in [0, 1) where ``mask``, -1 elsewhere (for a random top_k)."""
+    return jnp.where(mask, jax.random.uniform(key, mask.shape), -1.0)
+
+
+def _add_time(time: jax.Array, dt: jax.Array) -> jax.Array:
+    """Kahan summation: ``time = (sum, compensation)``."""
+    y = dt - time[1]
+    total = time[0] + y
+    return jnp.stack([total, (total - time[0]) - y])
+
+
+@dataclasses.dataclass(frozen=True)
+class EventClock:
+    """Jobs with durations drawn from ``durations`` in ``concurrency`` slots (see module doc).
+
+    Args:
+      durations: a duration model (``fa.clock.Constant``, ``Exponential``, ``LogNormal``).
+      concurrency: M, the most jobs in flight at once (None: one per client, M = N).
+      events: K, completions per server step.
+      offline: ``"lost"`` or ``"late"`` (rule 1).
+    """
+
+    durations: Durations
+    concurrency: int | None
+    events: int
+    offline: str = "lost"
+
+    def slots(self, num_clients: int) -> int:
+        return num_clients if self.concurrency is None else self.concurrency
+
+    def init(self, num_clients: int) -> EventClockState:
+        m = self.slots(num_clients)
+        return EventClockState(
+            slot_client=jnp.full((m,), -1, jnp.int32),
+            slot_remaining=jnp.zeros((m,), jnp.float32),
+            slot_version=jnp.zeros((m,), jnp.int32),
+            busy=jnp.zeros((num_clients,), bool),
+            speed=jnp.asarray(self.durations.speeds(num_clients)),
+            time=jnp.zeros((2,), jnp.float32),
+            jobs_lost=jnp.int32(0),
+        )
+
+    def virtual_time(self, state: EventClockState) -> jax.Array:
+        return state.time[0]
+
+    def step(self, state: EventClockState, available: jax.Array, key: jax.Array, t: jax.Array):
+        """One server step: ``(state, Completions [K], (phase starts [M], restarts [K]))``."""
+        k_start, k_durations, k_queue, k_events = jax.random.split(key, 4)
+        num_clients = available.shape[0]
+        occupied = state.slot_client >= 0
+        client = jnp.where(occupied, state.slot_client, 0)
+        online = available[client]
+
+        # 1. Offline clients.
+        if self.offline == "lost":
+            lost = occupied & ~online
+            busy = state.busy.at[jnp.where(lost, client, num_clients)].set(False, mode="drop")
+            state = state._replace(slot_client=jnp.where(lost, -1, state.slot_client), busy=busy,
+                                   jobs_lost=state.jobs_lost + jnp.sum(lost))
+
+        # 2. Free slots filled by available idle clients, uniformly.
+        state, phase = jax.lax.cond(
+            jnp.any(state.slot_client < 0) & jnp.any(available & ~state.busy),
+            lambda s: self._fill(s, available, k_start, k_durations, t),
+            lambda s: (s, Starts(jnp.full(s.slot_client.shape, -1, jnp.int32),
+                                 jnp.full(s.slot_client.shape, t, jnp.int32),
+                                 jnp.zeros(s.slot_client.shape, bool))),
+            state)
+
+        # 3. Completions in time order, each slot refilled at once. Only the K earliest jobs
+        # in flight and the (at most K) jobs restarted during the step can complete in it, so
+        # the events run over those 2K candidates: O(M + K^2) per step, not O(K M).
+        k = self.events
+        idle = available & ~state.busy
+        _, queue = jax.lax.top_k(_uniform_scores(k_queue, idle), min(k, num_clients))
+        queue = jnp.pad(queue, (0, k - queue.shape[0]))
+        eligible = state.slot_client >= 0
+        if self.offline == "late":
+            eligible &= available[jnp.maximum(state.slot_client, 0)]
+        _, first = jax.lax.top_k(-jnp.where(eligible, state.slot_remaining, _NEVER),
+                                 min(k, eligible.shape[0]))
+        first = jnp.pad(first, (0, k - first.shape[0]))
+        empty_i = jnp.full((k,), -1, jnp.int32)
+        carry = dict(
+            slot=jnp.concatenate([first, jnp.zeros((k,), jnp.int32)]),
+            client=jnp.concatenate([state.slot_client[first], empty_i]),
+            remaining=jnp.concatenate([state.slot_remaining[first],
+                                       jnp.zeros((k,), jnp.float32)]),
+            duration=jnp.zeros((2 * k,), jnp.float32),
+            version=jnp.concatenate([state.slot_version[first], jnp.zeros((k,), jnp.int32)]),
+            active=jnp.concatenate([eligible[first] & (jnp.arange(k) < eligible.shape[0]),
+                                    jnp.zeros((k,), bool)]),
+            busy=state.busy, elapsed=jnp.float32(0), idle_left=jnp.sum(idle),
+            queue_used=jnp.int32(0), finished=empty_i, finished_free=jnp.zeros((k,), bool),
+            done_client=empty_i, done_version=jnp.zeros((k,), jnp.int32),
+            done_valid=jnp.zeros((k,), bool),
+        )
+        big = jnp.int32(num_clients)
+
+        def event(i, c):
+            remaining = jnp.where(c["active"], c["remaining"], _NEVER)
+            soonest = jnp.min(remaining)
+            tied = c["active"] & (remaining == soonest)
+            j = jnp.argmin(jnp.where(tied, c["client"], big))  # lower client index first
+            ok = jnp.any(c["active"])
+            dt = jnp.where(ok, jnp.maximum(soonest, 0.0), 0.0)
+            who = c["client"][j]
+            c = {**c, "remaining": c["remaining"] - dt, "elapsed": c["elapsed"] + dt}
+            c["active"] = c["active"].at[j].set(False)
+            c["done_client"] = c["done_client"].at[i].set(jnp.where(ok, who, -1))
+            c["done_version"] = c["done_version"].at[i].set(c["version"][j])
+            c["done_valid"] = c["done_valid"].at[i].set(ok)
+            c["busy"] = c["busy"].at[jnp.where(ok, who, big)].set(False, mode="drop")
+            c["finished"] = c["finished"].at[i].set(jnp.where(ok, who, -1))
+            c["finished_free"] = c["finished_free"].at[i].set(ok)
+            # The slot restarts with a client drawn uniformly from the idle available ones:
+            # the queue (idle at the step's start, in random order) or the finished ones.
+            u_pick, u_member, k_dur = jax.random.split(jax.random.fold_in(k_events, i), 3)
+            n_free = jnp.sum(c["finished_free"])
+            from_queue = jax.random.uniform(u_pick) * (c["idle_left"] + n_free) < c["idle_left"]
+            nth = jnp.floor(jax.random.uniform(u_member) * n_free).astype(jnp.int32)
+            member = jnp.argmax(jnp.cumsum(c["finished_free"]) > nth)
+            new = jnp.where(from_queue, queue[jnp.minimum(c["queue_used"], k - 1)],
+                            c["finished"][member])
+            c["queue_used"] = c["queue_used"] + (ok & from_queue)
+            c["idle_left"] = c["idle_left"] - (ok & from_queue)
+            c["finished_free"] = jnp.where(ok & ~from_queue & (jnp.arange(k) == member),
+                                           False, c["finished_free"])
+            duration = self.durations.sample(k_dur, state.speed[new][None])[0]
+            r = k + i  # the restarted job's candidate entry
+            c["slot"] = c["slot"].at[r].set(c["slot"][j])
+            c["client"] = c["client"].at[r].set(jnp.where(ok, new, -1))
+            c["remaining"] = c["remaining"].at[r].set(duration)
+            c["duration"] = c["duration"].at[r].set(duration)
+            c["version"] = c["version"].at[r].set(t)
+            c["active"] = c["active"].at[r].set(ok)
+            c["busy"] = c["busy"].at[jnp.where(ok, new, big)].set(True, mode="drop")
+            return c
+
+        c = jax.lax.fori_loop(0, k, event, carry)
+        # 4. Restarts at the instant of the update download its result: version t + 1 (no time
+        # has passed since they started: their remaining time is still their whole duration).
+        restarted = c["client"][k:] >= 0
+        at_update = restarted & (c["remaining"][k:] == c["duration"][k:])
+        versions = jnp.where(at_update, t + 1, t)
+        # Each slot holds the job of its last restart; the other slots only lost time.
+        slots = c["slot"][k:]
+        later = jnp.triu(jnp.ones((k, k), bool), 1) & restarted[None, :] & (
+            slots[:, None] == slots[None, :])
+        current = restarted & ~jnp.any(later, axis=1)
+        target = jnp.where(current, slots, state.slot_client.shape[0])
+        state = state._replace(
+            slot_client=state.slot_client.at[target].set(c["client"][k:], mode="drop"),
+            slot_remaining=(state.slot_remaining - c["elapsed"]).at[target].set(
+                c["remaining"][k:], mode="drop"),
+            slot_version=state.slot_version.at[target].set(versions, mode="drop"),
+            busy=c["busy"], time=_add_time(state.time, c["elapsed"]))
+        done = Completions(c["done_client"], c["done_version"], c["done_valid"])
+        return state, done, (phase, Starts(c["client"][k:], versions, current))
+
+    def _fill(self, state, available, key, key_durations, t):
+        """Rule 2: free slots get available idle clients in uniformly random order."""
+        m = state.slot_client.shape[0]
+        idle = available & ~state.busy
+        _, candidates = jax.lax.top_k(_uniform_scores(key, idle), m)
+        free = state.slot_client < 0
+        rank = jnp.cumsum(free) - 1
+        take = free & (rank < jnp.sum(idle))
+        new = candidates[jnp.clip(rank, 0, m - 1)]
+        durations = self.durations.sample(key_durations, state.speed[new])
+        busy = state.busy.at[jnp.where(take, new, state.busy.shape[0])].set(True, mode="drop")
+        state = state._replace(
+            slot_client=jnp.where(take, new, state.slot_client),
+            slot_remaining=jnp.where(take, durations, state.slot_remaining),
+            slot_version=jnp.where(take, t, state.slot_version), busy=busy)
+        return state, Starts(jnp.where(take, new, -1), jnp.full((m,), t, jnp.int32), take)
+
+
+def check_offline(offline: str) -> None:
+    if offline not in OFFLINE:
+        raise ValueError(f"offline must be one of {OFFLINE}, got {offline!r}")
