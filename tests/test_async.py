@@ -3,7 +3,6 @@ of ``fedbuff.md`` section 5, staleness laws, availability."""
 
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
