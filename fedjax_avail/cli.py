@@ -9,6 +9,7 @@ from pathlib import Path
 
 from fedjax_avail import experiments
 from fedjax_avail.engine import Interrupted
+from fedjax_avail.experiments._settings import OPTIONAL
 
 
 def _defaults(experiment) -> dict:
@@ -29,6 +30,9 @@ def _overrides(experiment, pairs: list[str]) -> dict:
                 f"{experiment.name} has no setting {key!r}; settings: {sorted(defaults)}"
             )
         try:
+            if text.strip().lower() == "none" and key in OPTIONAL:
+                out[key] = None
+                continue
             out[key] = experiments.parse_value(text, defaults[key])
         except ValueError as error:
             raise ValueError(f"--set {key}: {error}") from None

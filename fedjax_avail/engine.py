@@ -87,15 +87,16 @@ class Interrupted(KeyboardInterrupt):
         self.result, self.checkpoint_dir = result, checkpoint_dir
 
 
-def _finite(state, num_clients: int) -> jax.Array:
-    """Whether the model and every other server array of an algorithm state are finite.
+def _finite(state) -> jax.Array:
+    """Whether the model, the optimizer state and the vector server arrays are finite.
 
-    Per-client tables (leading axis N) are left out: checking N x P values every round would cost
-    more than the round; their running means are server arrays and are checked.
+    Tables (``[N, P]`` latest updates, an ``[H, P]`` model history) are left out: checking them
+    every round would cost more than the round; their running means are vectors and are checked.
     """
-    leaves = jax.tree.leaves(state.params) + [
-        leaf for leaf in jax.tree.leaves(state._replace(params=None))
-        if jnp.ndim(leaf) == 0 or jnp.shape(leaf)[0] != num_clients]
+    extra = state._replace(params=None, **({"opt_state": None}
+                                            if "opt_state" in state._fields else {}))
+    leaves = jax.tree.leaves((state.params, getattr(state, "opt_state", None))) + [
+        leaf for leaf in jax.tree.leaves(extra) if jnp.ndim(leaf) <= 1]
     checks = [jnp.all(jnp.isfinite(leaf)) for leaf in leaves
               if jnp.issubdtype(jnp.result_type(leaf), jnp.inexact)]
     return jnp.all(jnp.stack(checks)) if checks else jnp.bool_(True)
@@ -132,6 +133,7 @@ def simulate(
     checkpoint_dir: str | Path | None = None,
     checkpoint_every: int | None = None,
     check_memory: bool = True,
+    train_eval_examples: int | None = None,
 ) -> Result:
     """Runs ``rounds`` rounds of ``algorithm`` under ``availability``; round r uses mask r.
 
@@ -156,6 +158,9 @@ def simulate(
       checkpoint_every: rounds between checkpoints (default ``eval_every``).
       check_memory: refuse a run whose predicted device memory
         (:func:`fedjax_avail.estimate_memory`) exceeds what is free.
+      train_eval_examples: evaluate the training metrics on this many evenly spaced training
+        examples (rows ``round(i M / n)``, every client's share in proportion) instead of all M;
+        for big models whose full evaluation would cost more than the rounds. None: all.
 
     Returns:
       a :class:`Result`. ``history`` holds ``train_loss`` (mean over all clients' examples, the
@@ -173,7 +178,7 @@ def simulate(
     start_time = time.perf_counter()
     test_arrays = inputs.check_simulate_args(
         task, data, algorithm, availability, rounds, seed, eval_every, test_data, client_chunk,
-        eval_batch_size, checkpoint_every)
+        eval_batch_size, checkpoint_every, train_eval_examples)
     num_clients = data.num_clients
     estimate = memory.estimate_memory(task, data, algorithm, availability, test_data=test_arrays,
                                       client_chunk=client_chunk)
@@ -193,7 +198,11 @@ def simulate(
             test_arrays, jax.eval_shape(task.init, keys.params), jax.__version__,
             jax.config.jax_default_prng_impl))
     device_data = jax.device_put(data)
-    evaluators = {"train": make_evaluator(task, device_data.arrays, eval_batch_size)}
+    train_arrays = device_data.arrays
+    if train_eval_examples is not None and train_eval_examples < data.num_examples:
+        rows = (np.arange(train_eval_examples) * data.num_examples) // train_eval_examples
+        train_arrays = {k: v[rows] for k, v in train_arrays.items()}
+    evaluators = {"train": make_evaluator(task, train_arrays, eval_batch_size)}
     if test_arrays is not None:
         evaluators["test"] = make_evaluator(task, test_arrays, eval_batch_size)
 
@@ -207,7 +216,7 @@ def simulate(
             reports = reports_of(availability, mask, r, avail_key)
             round_input = RoundInput(r, mask, _keys.algorithm_key(keys, r), reports)
             alg_state, metrics = algorithm.round(alg_state, round_input, problem)
-            bad = ~_finite(alg_state, num_clients)
+            bad = ~_finite(alg_state)
             health = jnp.where((health == _HEALTHY) & bad, r, health)
             return (alg_state, avail_state, health), {"num_available": jnp.sum(mask), **metrics}
 

@@ -52,7 +52,7 @@ def test_arrays(test_data: Any) -> dict[str, np.ndarray] | None:
 
 def check_simulate_args(
     task, data, algorithm, availability, rounds, seed, eval_every, test_data, client_chunk,
-    eval_batch_size, checkpoint_every,
+    eval_batch_size, checkpoint_every, train_eval_examples=None,
 ) -> dict[str, np.ndarray] | None:
     """Every check of ``simulate``'s arguments; returns the checked test arrays (or None)."""
     if not isinstance(task, Task):
@@ -71,6 +71,7 @@ def check_simulate_args(
     check_optional_int("client_chunk", client_chunk)
     check_int("eval_batch_size", eval_batch_size)
     check_optional_int("checkpoint_every", checkpoint_every)
+    check_optional_int("train_eval_examples", train_eval_examples)
     test = test_arrays(test_data)
     check_finite(data.arrays, "data.arrays")
     if test is not None:

@@ -9,16 +9,21 @@ from pathlib import Path
 from fedjax_avail._io import atomic_write_bytes
 from fedjax_avail.history import History
 
+_X_LABELS = {"round": "communication round (server update)", "virtual_time": "virtual time"}
+
 
 def plot_histories(
-    histories: Mapping[str, History], path: str | Path | None = None, title: str = ""
+    histories: Mapping[str, History], path: str | Path | None = None, title: str = "",
+    x: str = "round",
 ):
-    """Draws training loss (log scale) and, when recorded, test accuracy against rounds.
+    """Draws training loss (log scale) and, when recorded, test accuracy against ``x``.
 
     Args:
       histories: algorithm name -> its :class:`History`.
       path: where to write a PNG (atomically); None only returns the figure.
       title: the figure's title.
+      x: the history column on the x axis: ``"round"`` or ``"virtual_time"`` (histories
+        without it are left out).
 
     Returns:
       the matplotlib ``Figure``.
@@ -29,16 +34,20 @@ def plot_histories(
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    histories = {name: h for name, h in histories.items() if x in h.columns}
     with_test = any("test_accuracy" in h.columns for h in histories.values())
     fig, axes = plt.subplots(1, 2 if with_test else 1, figsize=(11 if with_test else 6, 4))
     axes = axes if with_test else [axes]
     for name, history in histories.items():
-        axes[0].plot(history["round"], history["train_loss"], label=name, lw=1.2)
+        start = 0 if x == "round" else 1  # round 0 has no virtual time
+        axes[0].plot(history[x][start:], history["train_loss"][start:], label=name, lw=1.2)
         if with_test and "test_accuracy" in history.columns:
-            axes[1].plot(history["round"], history["test_accuracy"], label=name, lw=1.2)
-    axes[0].set(xlabel="communication round", ylabel="training loss", yscale="log")
+            axes[1].plot(history[x][start:], history["test_accuracy"][start:], label=name,
+                         lw=1.2)
+    label = _X_LABELS.get(x, x)
+    axes[0].set(xlabel=label, ylabel="training loss", yscale="log")
     if with_test:
-        axes[1].set(xlabel="communication round", ylabel="test accuracy")
+        axes[1].set(xlabel=label, ylabel="test accuracy")
     for ax in axes:
         ax.grid(alpha=0.3)
     axes[0].legend()

@@ -269,3 +269,33 @@ def test_async_state_memory_grows_with_history_not_clients():
     # Per-client state is [N] flags and speeds, not [N, P] models.
     assert est[100_000].terms["per_client_tables"] < 100_000 * 16
     assert est[100_000].terms["server_state"] == est[1000].terms["server_state"]
+
+
+def test_fedavg_rounds_last_as_long_as_their_slowest_client(digits_fd):
+    n = digits_fd.num_clients
+    speed = np.linspace(0.5, 2.0, n)
+    alg = ALG.FedAvg(clients_per_round=n, local_steps=1, batch_size=2,
+                     durations=fa.clock.Constant(3.0, speed=speed))
+    result = fa.simulate(fa.tasks.logistic_regression(64, 10), digits_fd, alg,
+                         fa.availability.AlwaysOn(), rounds=5, eval_every=5)
+    np.testing.assert_allclose(result.round_metrics["virtual_time"], 3.0 / 0.5 * np.arange(1, 6),
+                               rtol=1e-6)
+    assert result.history["virtual_time"][-1] == pytest.approx(30.0)
+
+
+def test_labels_per_client_is_wkafl_algorithm_4(mnist):
+    train, _ = mnist
+    for labels in (1, 5, 10):
+        fd = fa.data.labels_per_client(train["x"], train["y"], 300, labels, seed=labels)
+        assert fd.num_clients == 300
+        distinct = [len(np.unique(fd.client(i)["y"])) for i in range(300)]
+        assert max(distinct) <= labels and (labels > 1 or min(distinct) == 1)
+        if labels == 1:  # the total is D_num exactly: uniform on 10..49
+            assert fd.counts.min() >= 10 and fd.counts.max() <= 49
+            assert abs(fd.counts.mean() - 29.5) < 5 * 11.5 / np.sqrt(300)
+        else:  # rounding moves the total by at most L_num / 2
+            assert fd.counts.min() >= 10 - labels / 2 and fd.counts.max() <= 49 + labels / 2
+        # Within a client, examples are distinct (drawn without replacement per label).
+        for i in range(0, 300, 50):
+            images = fd.client(i)["x"].reshape(fd.counts[i], -1)
+            assert len(np.unique(images, axis=0)) == fd.counts[i]

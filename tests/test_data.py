@@ -134,3 +134,33 @@ def test_iid_classes_per_client_and_dirichlet(digits):
         fa.data.dirichlet(x, y, 10, alpha=0.0)
     with pytest.raises(ValueError, match="num_clients"):
         fa.data.one_label_per_client(x, y, 15)
+
+
+@pytest.mark.parametrize("loader, shape, classes", [
+    (lambda: fa.data.load_emnist("mnist", download=False), (28, 28, 1), 10),
+    (lambda: fa.data.load_emnist("byclass", download=False), (28, 28, 1), 62),
+    (lambda: fa.data.load_cifar10(download=False), (32, 32, 3), 10),
+])
+def test_tfds_image_loaders_on_mock_data(loader, shape, classes):
+    tfds = pytest.importorskip("tensorflow_datasets")
+    with tfds.testing.mock_data(num_examples=6):
+        train, test = loader()
+    assert train["x"].shape == (6, *shape) and train["x"].dtype == np.uint8
+    assert train["y"].dtype == np.int32 and 0 <= train["y"].min() and train["y"].max() < classes
+    assert test["x"].shape[1:] == shape
+
+
+def test_celeba_through_tfds_is_leaf_shaped():
+    tfds = pytest.importorskip("tensorflow_datasets")
+    with tfds.testing.mock_data(num_examples=5):
+        train, test = fa.data.load_celeba(download=False)
+    assert train["x"].shape == (5, 84, 84, 3) and train["x"].dtype == np.uint8
+    assert set(np.unique(train["y"])) <= {0, 1}
+    ids = np.concatenate([train["identity"], test["identity"]])
+    assert ids.min() == 0 and set(np.unique(ids)) == set(range(ids.max() + 1))
+    task = fa.tasks.celeba_cnn()
+    fd = fa.FederatedData.from_arrays(train, train["identity"])
+    result = fa.simulate(task, fd, fa.algorithms.FedAvg(clients_per_round=1, local_steps=1,
+                                                        batch_size=2), fa.availability.AlwaysOn(),
+                         rounds=1)
+    assert np.isfinite(result.history["train_loss"]).all()

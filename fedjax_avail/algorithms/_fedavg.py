@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from fedjax_avail import clock as clock_lib
 from fedjax_avail import cohort as cohort_lib
 from fedjax_avail import selection, server
 from fedjax_avail.algorithms._base import (
@@ -28,6 +29,7 @@ from fedjax_avail.local import Problem, local_sgd
 class FedAvgState(NamedTuple):
     params: Any  # global model pytree, P parameters
     opt_state: Any  # server optimizer state
+    clock: Any = None  # RoundClockState (speeds [N], virtual time) when durations are given
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +51,9 @@ class FedAvg:
         P:L363) or ``"data_size"`` (w_k = n_k, McMahan et al.).
       mu: FedProx proximal coefficient, >= 0 (0 is FedAvg).
       server_optimizer: ``"sgd"`` or ``"adam"`` (:func:`fedjax_avail.server.server_optimizer`).
+      durations: optional job-duration model (``fa.clock.Constant``, ``Exponential``,
+        ``LogNormal``): each round then lasts as long as its slowest participant's job, recorded
+        as ``virtual_time`` (the time axis the asynchronous algorithms share).
 
     Example:
       >>> alg = FedAvg(clients_per_round=10, local_steps=10, batch_size=5, client_lr=0.01)
@@ -62,6 +67,7 @@ class FedAvg:
     weighting: str = "uniform"
     mu: float = 0.0
     server_optimizer: str = "sgd"
+    durations: Any = None
 
     def __post_init__(self):
         check_local_training(
@@ -73,16 +79,23 @@ class FedAvg:
         if not self.mu >= 0:
             raise ValueError(f"mu must be >= 0, got {self.mu!r}")
         self._optimizer()  # validates server_optimizer
+        if self.durations is not None and not isinstance(
+                self.durations, (clock_lib.Constant, clock_lib.Exponential, clock_lib.LogNormal)):
+            raise TypeError(f"durations must be None or fa.clock.Constant, Exponential or "
+                            f"LogNormal, got {type(self.durations).__name__}")
 
     def _optimizer(self):
         return server.server_optimizer(self.server_optimizer, self.server_lr)
 
     def validate(self, num_clients: int) -> None:
         check_cohort_fits(self.clients_per_round, num_clients)
+        if self.durations is not None:
+            self.durations.speeds(num_clients)
 
     def init(self, params: Any, num_clients: int) -> FedAvgState:
-        del num_clients
-        return FedAvgState(params=params, opt_state=self._optimizer().init(params))
+        clock = None if self.durations is None else clock_lib.RoundClock(
+            self.durations).init(num_clients)
+        return FedAvgState(params=params, opt_state=self._optimizer().init(params), clock=clock)
 
     def round(
         self, state: FedAvgState, inputs: RoundInput, problem: Problem
@@ -106,7 +119,13 @@ class FedAvg:
         params, opt_state = server.apply_delta(
             self._optimizer(), state.params, state.opt_state, delta
         )
-        return FedAvgState(params, opt_state), {"num_selected": jnp.sum(valid)}
+        metrics = {"num_selected": jnp.sum(valid)}
+        clock = state.clock
+        if self.durations is not None:
+            clock = clock_lib.RoundClock(self.durations).step(
+                clock, jax.random.fold_in(select_key, 1), cohort, valid)
+            metrics["virtual_time"] = clock.time[0]
+        return FedAvgState(params, opt_state, clock), metrics
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,9 +16,11 @@ from fedjax_avail.clock._events import (
     Completions,
     EventClock,
     EventClockState,
+    add_time,
     check_offline,
 )
 from fedjax_avail.clock._kofp import KofPClock, KofPState
+from fedjax_avail.clock._rounds import RoundClock, RoundClockState
 from fedjax_avail.clock._store import ModelHistory, PerClientModels, Starts, model_store
 
 
@@ -63,7 +65,10 @@ __all__ = [
     "LogNormal",
     "ModelHistory",
     "PerClientModels",
+    "RoundClock",
+    "RoundClockState",
     "Starts",
+    "add_time",
     "make_clock",
     "model_store",
     "staleness_histogram",

@@ -66,7 +66,7 @@ def _uniform_scores(key: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.where(mask, jax.random.uniform(key, mask.shape), -1.0)
 
 
-def _add_time(time: jax.Array, dt: jax.Array) -> jax.Array:
+def add_time(time: jax.Array, dt: jax.Array) -> jax.Array:
     """Kahan summation: ``time = (sum, compensation)``."""
     y = dt - time[1]
     total = time[0] + y
@@ -218,7 +218,7 @@ class EventClock:
             slot_remaining=(state.slot_remaining - c["elapsed"]).at[target].set(
                 c["remaining"][k:], mode="drop"),
             slot_version=state.slot_version.at[target].set(versions, mode="drop"),
-            busy=c["busy"], time=_add_time(state.time, c["elapsed"]))
+            busy=c["busy"], time=add_time(state.time, c["elapsed"]))
         done = Completions(c["done_client"], c["done_version"], c["done_valid"])
         return state, done, (phase, Starts(c["client"][k:], versions, current))
 

@@ -14,7 +14,13 @@ from fedjax_avail.data._hours import (
     skew_by_hour,
     sleep_start_hours,
 )
-from fedjax_avail.data._partition import classes_per_client, dirichlet, iid, one_label_per_client
+from fedjax_avail.data._partition import (
+    classes_per_client,
+    dirichlet,
+    iid,
+    labels_per_client,
+    one_label_per_client,
+)
 from fedjax_avail.data._sentiment140 import (
     SENTIMENT140_CSV,
     Sentiment140,
@@ -23,6 +29,12 @@ from fedjax_avail.data._sentiment140 import (
     read_sentiment140_csv,
 )
 from fedjax_avail.data._text import GLOVE_ENV, OOV, PAD, build_vocab, encode, load_glove, tokenize
+from fedjax_avail.data._tfds_images import (
+    load_celeba,
+    load_cifar10,
+    load_emnist,
+    load_tfds_images,
+)
 
 __all__ = [
     "GLOVE_ENV",
@@ -38,6 +50,11 @@ __all__ = [
     "encode",
     "hourly_counts",
     "iid",
+    "labels_per_client",
+    "load_celeba",
+    "load_cifar10",
+    "load_emnist",
+    "load_tfds_images",
     "load_digits",
     "load_glove",
     "load_mnist",

@@ -152,3 +152,68 @@ def dirichlet(
         f"no Dirichlet(alpha={alpha}) draw in {max_tries} tries gave every one of {num_clients} "
         f"clients >= {min_size} examples; raise alpha or lower num_clients/min_size"
     )
+
+
+def labels_per_client(
+    x: np.ndarray,
+    y: np.ndarray,
+    num_clients: int,
+    labels: int,
+    min_size: int = 10,
+    max_size: int = 49,
+    seed: int = 0,
+) -> FederatedData:
+    """WKAFL's non-IID generator (Algorithm 4, P:L395-404): L labels and D_min..D_max examples.
+
+    For each client i: ``Classes`` <- ``labels`` (L_num) distinct labels drawn uniformly;
+    ``D_num`` <- an integer uniform in ``[min_size, max_size]``; ``weights`` <- L_num uniforms in
+    (0, 1); the client then takes ``round(D_num w_j / sum(w))`` examples of its j-th label, drawn
+    without replacement from that label's examples. As in the authors' code
+    (``rawDatasetsLoader.py``, ``wkafl.md`` 7.4: ``D_num = randperm(40)[0] + 10``, so 10..49)
+    clients draw **independently of each other**: two clients may hold the same example (the
+    flat layout stores it twice). A label may get 0 examples after rounding when L_num > 1; a
+    client whose rounded total is 0 gets one example of its first label.
+
+    Args:
+      x: ``[M, ...]`` inputs.
+      y: ``[M]`` integer labels.
+      num_clients: P.
+      labels: L_num, in ``[1, number of distinct labels]``.
+      min_size, max_size: D_min <= D_max, each >= 1.
+      seed: seed of every draw.
+
+    Raises:
+      ValueError: a setting out of range, or a label with fewer examples than a client asks for.
+    """
+    x, y = np.asarray(x), np.asarray(y)
+    if y.ndim != 1 or len(x) != len(y) or len(y) == 0:
+        raise ValueError(f"x and y must hold the same number >= 1 of examples and y must be [M], "
+                         f"got x {x.shape}, y {y.shape}")
+    if not is_int(num_clients) or num_clients < 1:
+        raise ValueError(f"num_clients must be an integer >= 1, got {num_clients!r}")
+    classes = np.unique(y)
+    if not is_int(labels) or not 1 <= labels <= len(classes):
+        raise ValueError(f"labels must be an integer in [1, {len(classes)}] (the distinct labels), "
+                         f"got {labels!r}")
+    if not (is_int(min_size) and is_int(max_size) and 1 <= min_size <= max_size):
+        raise ValueError(f"min_size and max_size must be integers with 1 <= min_size <= "
+                         f"max_size, got {min_size!r} and {max_size!r}")
+    rng = np.random.default_rng(seed)
+    pools = {label: np.flatnonzero(y == label) for label in classes}
+    rows, ids = [], []
+    for i in range(num_clients):
+        chosen = rng.choice(classes, labels, replace=False)
+        total = rng.integers(min_size, max_size + 1)
+        weights = rng.uniform(size=labels)
+        counts = np.rint(total * weights / weights.sum()).astype(np.int64)
+        if counts.sum() == 0:
+            counts[0] = 1
+        for label, count in zip(chosen, counts, strict=True):
+            pool = pools[label]
+            if count > len(pool):
+                raise ValueError(f"label {label} has {len(pool)} examples but a client asks for "
+                                 f"{count}; lower max_size")
+            rows.append(rng.choice(pool, count, replace=False))
+            ids.append(np.full(count, i))
+    rows, ids = np.concatenate(rows), np.concatenate(ids)
+    return FederatedData.from_arrays({"x": x[rows], "y": y[rows]}, ids, num_clients)

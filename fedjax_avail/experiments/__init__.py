@@ -1,6 +1,7 @@
 """Named experiments that reproduce the papers' figures; ``fedjax-avail run NAME``."""
 
 from fedjax_avail.experiments._analysis import dominant_period, oscillation_amplitude
+from fedjax_avail.experiments._async import ASYNC_MNIST
 from fedjax_avail.experiments._availability_sweep import (
     AVAILABILITY_MNIST,
     AVAILABILITY_SWEEP_MNIST,
@@ -27,6 +28,12 @@ from fedjax_avail.experiments._sentiment140 import (
     FEDLAAVG_SENTIMENT140_FIG7_N,
 )
 from fedjax_avail.experiments._sweep import Sweep, run_sweep
+from fedjax_avail.experiments._wkafl import (
+    WKAFL_MNIST,
+    WKAFL_MNIST_ABLATION,
+    WKAFL_MNIST_TABLE2,
+    WKAFL_MNIST_TABLE3,
+)
 
 REGISTRY: dict[str, Experiment | Sweep] = {
     e.name: e
@@ -42,6 +49,11 @@ REGISTRY: dict[str, Experiment | Sweep] = {
         FEDLAAVG_SENTIMENT140_FIG7_BETA,
         AVAILABILITY_MNIST,
         AVAILABILITY_SWEEP_MNIST,
+        WKAFL_MNIST,
+        WKAFL_MNIST_TABLE2,
+        WKAFL_MNIST_TABLE3,
+        WKAFL_MNIST_ABLATION,
+        ASYNC_MNIST,
     )
 }
 

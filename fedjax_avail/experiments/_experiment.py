@@ -46,6 +46,12 @@ class Setup(NamedTuple):
     availability: AvailabilityProcess
     algorithms: dict[str, Algorithm]
     window: int  # rounds over which the final oscillation amplitude is measured (2E)
+    summary: Callable[[History], dict[str, float]] | None = None  # extra summary columns
+    x_axes: tuple[str, ...] = ("round",)  # history columns the curves are drawn against
+    rounds: Mapping[str, int] = {}  # per-algorithm rounds instead of the setting rounds
+
+    def rounds_of(self, name: str, config: Mapping[str, Any]) -> int:
+        return int(self.rounds.get(name, config["rounds"]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,9 +169,11 @@ def run(
         try:
             result = simulate(
                 setup.task, setup.train, algorithm, setup.availability,
-                rounds=config["rounds"], seed=config["seed"], eval_every=config["eval_every"],
+                rounds=setup.rounds_of(name, config), seed=config["seed"],
+                eval_every=config["eval_every"],
                 test_data=setup.test, progress=progress, desc=name,
                 checkpoint_dir=checkpoints, checkpoint_every=every,
+                train_eval_examples=config.get("train_eval_examples"),
             )
             status, stopped = "ok", None
         except DivergenceError as error:
@@ -175,13 +183,13 @@ def run(
             summary.append(_summary_row(name, "interrupted", interrupted.result, setup, start,
                                         int(interrupted.result.history.rows[-1]["round"])))
             if out_dir is not None:
-                out_dir = _write(out_dir, meta, histories, summary, experiment, plot=True)
+                out_dir = _write(out_dir, meta, histories, summary, experiment, setup, plot=True)
             raise
         histories[name] = result.history
         summary.append(_summary_row(name, status, result, setup, start, stopped))
         if out_dir is not None:
             last = len(histories) == len(setup.algorithms)
-            out_dir = _write(out_dir, meta, histories, summary, experiment, plot=last)
+            out_dir = _write(out_dir, meta, histories, summary, experiment, setup, plot=last)
     return RunOutcome(histories, summary, out_dir)
 
 
@@ -200,33 +208,37 @@ def _summary_row(name, status, result, setup, start, stopped) -> dict[str, Any]:
         "final_train_loss": _number(last["train_loss"]),
         "final_test_accuracy": _number(last.get("test_accuracy")),
         "amplitude_last_window": _number(oscillation_amplitude(result.history, setup.window)),
+        **({k: _number(v) for k, v in setup.summary(result.history).items()}
+           if setup.summary else {}),
         "seconds": round(time.perf_counter() - start, 2),
         "compile_seconds": round(result.timing["compile"], 2),
     }
 
 
-def _write(out_dir: Path, meta, histories, summary, experiment, plot: bool) -> Path:
+def _write(out_dir: Path, meta, histories, summary, experiment, setup, plot: bool) -> Path:
     """Writes the result files (the figure only when ``plot``); if that fails, writes them to a
     fresh temporary directory instead (so finished work is never lost to an output error) and
     returns where they are."""
     try:
-        _write_files(out_dir, meta, histories, summary, experiment, plot)
+        _write_files(out_dir, meta, histories, summary, experiment, setup, plot)
         return out_dir
     except OSError as error:
         fallback = Path(tempfile.mkdtemp(prefix=f"fedjax-avail-{experiment.name}-"))
-        _write_files(fallback, meta, histories, summary, experiment, plot)
+        _write_files(fallback, meta, histories, summary, experiment, setup, plot)
         print(f"fedjax-avail: could not write to {out_dir} ({error}); results saved in "
               f"{fallback}")
         return fallback
 
 
-def _write_files(out_dir: Path, meta, histories, summary, experiment, plot: bool) -> None:
+def _write_files(out_dir: Path, meta, histories, summary, experiment, setup, plot: bool) -> None:
     History([{"algorithm": name, **row} for name, history in histories.items()
              for row in history]).to_csv(out_dir / "metrics.csv")
     atomic_write_text(out_dir / "config.json", json.dumps(meta, indent=2, default=str) + "\n")
     atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     if plot:
-        plot_histories(histories, out_dir / "curves.png", title=experiment.description)
+        for x in setup.x_axes:
+            name = "curves.png" if x == "round" else f"curves_{x}.png"
+            plot_histories(histories, out_dir / name, title=experiment.description, x=x)
 
 
 def _cell(value: float | None, width: int) -> str:
@@ -235,15 +247,24 @@ def _cell(value: float | None, width: int) -> str:
     return f"{value:>{width}.4f}"
 
 
+_STANDARD = ("algorithm", "status", "stopped_at_round", "rounds_done", "final_train_loss",
+             "final_test_accuracy", "amplitude_last_window", "seconds", "compile_seconds")
+
+
 def format_summary(summary: list[dict[str, Any]]) -> str:
-    """A fixed-width table of the summary rows ("n/a" where a value was not measured)."""
-    lines = [f"{'algorithm':<14} {'train loss':>10} {'test acc':>9} {'amplitude':>10} {'sec':>7}"]
+    """A fixed-width table of the summary rows ("n/a" where a value was not measured); an
+    experiment's own summary columns (e.g. WKAFL's stability) follow the standard ones."""
+    extra = [k for k in (summary[0] if summary else {}) if k not in _STANDARD]
+    head = "".join(f" {k[:12]:>12}" for k in extra)
+    lines = [f"{'algorithm':<20} {'train loss':>10} {'test acc':>9} {'amplitude':>10}{head} "
+             f"{'sec':>7}"]
     for row in summary:
         flag = "" if row["status"] == "ok" else (
             f"  ({row['status'].split(':')[0]} at round {row['stopped_at_round']})")
+        cells = "".join(f" {_cell(row[k], 12)}" for k in extra)
         lines.append(
-            f"{row['algorithm']:<14} {_cell(row['final_train_loss'], 10)} "
-            f"{_cell(row['final_test_accuracy'], 9)} {_cell(row['amplitude_last_window'], 10)} "
-            f"{row['seconds']:>7.1f}{flag}"
+            f"{row['algorithm']:<20} {_cell(row['final_train_loss'], 10)} "
+            f"{_cell(row['final_test_accuracy'], 9)} {_cell(row['amplitude_last_window'], 10)}"
+            f"{cells} {row['seconds']:>7.1f}{flag}"
         )
     return "\n".join(lines)

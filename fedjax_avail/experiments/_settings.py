@@ -35,16 +35,29 @@ RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "seed": _int(0, 2**32),
     "E": _int(1),
     "D": _int(1),
-    "lr": _real("a number > 0", lambda v: v > 0),
+
     "server_lr": _real("a number > 0", lambda v: v > 0),
     "mu": _real("a number >= 0", lambda v: v >= 0),
     "alpha": _real("a number in [0, 0.5]", lambda v: 0 <= v <= 0.5),
     "mean_availability": _real("a number in (0, 1)", lambda v: 0 < v < 1),
     "markov_p_off": _real("a number in (0, 1]", lambda v: 0 < v <= 1),
     "rounds_per_hour": _int(1),
+    "labels": _int(1),
+    "min_size": _int(1),
+    "max_size": _int(1),
+    "switch_round": _int(0),
+    "concurrency": _int(1),
+    "duration_mean": _real("a number > 0", lambda v: v > 0),
+    "duration_sigma": _real("a number >= 0", lambda v: v >= 0),
+    "speed_sigma": _real("a number >= 0", lambda v: v >= 0),
+    "p_on": _real("a number in (0, 1]", lambda v: 0 < v <= 1),
+    "p_off": _real("a number in (0, 1]", lambda v: 0 < v <= 1),
 }
 OPTIONAL = {
     "beta": _real("None or a number in (0, 1]", lambda v: 0 < v <= 1),
+    "history": ("None or an integer >= 1", lambda v: is_int(v) and v >= 1),
+    "lr": _real("None or a number > 0", lambda v: v > 0),
+    "train_eval_examples": ("None or an integer >= 1", lambda v: is_int(v) and v >= 1),
 }
 
 

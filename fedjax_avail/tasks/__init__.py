@@ -2,10 +2,14 @@
 
 from fedjax_avail.tasks._lstm import LSTMClassifier, lstm_classifier
 from fedjax_avail.tasks._models import (
+    CNN,
     MLP,
+    CelebACNN,
     DenseOI,
     LeNet5,
     LogisticRegression,
+    celeba_cnn,
+    cnn,
     lenet5,
     logistic_regression,
     mlp,
@@ -13,13 +17,17 @@ from fedjax_avail.tasks._models import (
 from fedjax_avail.tasks._task import Task, classification, normalize_images
 
 __all__ = [
+    "CNN",
     "MLP",
+    "CelebACNN",
     "DenseOI",
     "LSTMClassifier",
     "LeNet5",
     "LogisticRegression",
     "Task",
+    "celeba_cnn",
     "classification",
+    "cnn",
     "lenet5",
     "logistic_regression",
     "lstm_classifier",

@@ -58,18 +58,53 @@ class MLP(nn.Module):
 
 
 class LeNet5(nn.Module):
-    """LeNet-5 (LeCun et al. 1998) with ReLU and max pooling; inputs ``[B, H, W, C]``."""
+    """LeNet-5 (LeCun et al. 1998) with ReLU and max pooling; inputs ``[B, H, W, C]``.
+
+    ``padding`` of the first convolution: ``"SAME"`` for 28 x 28 digits (16 x 5 x 5 features
+    after the second pooling, as LeNet-5 on 32 x 32), ``"VALID"`` as WKAFL's CIFAR-10 code
+    (``Conv2d(3, 6, 5)``: 62,006 parameters on 32 x 32 x 3).
+    """
 
     num_classes: int
+    padding: str = "SAME"
 
     @nn.compact
     def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-        x = nn.max_pool(nn.relu(nn.Conv(6, (5, 5), padding="SAME")(x)), (2, 2), (2, 2))
+        x = nn.max_pool(nn.relu(nn.Conv(6, (5, 5), padding=self.padding)(x)), (2, 2), (2, 2))
         x = nn.max_pool(nn.relu(nn.Conv(16, (5, 5), padding="VALID")(x)), (2, 2), (2, 2))
         x = x.reshape((x.shape[0], -1))
         x = nn.relu(nn.Dense(120)(x))
         x = nn.relu(nn.Dense(84)(x))
         return nn.Dense(self.num_classes)(x)
+
+
+class CNN(nn.Module):
+    """WKAFL's EMNIST CNN (``wkafl.md`` 4.2): two 5 x 5 convolutions (32, 64 channels, no
+    padding), each with ReLU and 2 x 2 max pooling, a 512-unit ReLU layer and the output layer;
+    582,026 parameters on 28 x 28 digits with 10 classes (608,702 with 62)."""
+
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+        x = nn.max_pool(nn.relu(nn.Conv(32, (5, 5), padding="VALID")(x)), (2, 2), (2, 2))
+        x = nn.max_pool(nn.relu(nn.Conv(64, (5, 5), padding="VALID")(x)), (2, 2), (2, 2))
+        x = x.reshape((x.shape[0], -1))
+        return DenseOI(self.num_classes)(nn.relu(DenseOI(512)(x)))
+
+
+class CelebACNN(nn.Module):
+    """WKAFL's CelebA model (``wkafl.md`` 4.2): one 4 x 4 convolution (10 channels, no padding),
+    ReLU, 2 x 2 max pooling, a 100-unit ReLU layer (16,000 inputs at 84 x 84) and 2 outputs;
+    1,600,792 parameters."""
+
+    num_classes: int = 2
+
+    @nn.compact
+    def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+        x = nn.max_pool(nn.relu(nn.Conv(10, (4, 4), padding="VALID")(x)), (2, 2), (2, 2))
+        x = x.reshape((x.shape[0], -1))
+        return DenseOI(self.num_classes)(nn.relu(DenseOI(100)(x)))
 
 
 def positive(**kwargs: int) -> None:
@@ -91,10 +126,28 @@ def mlp(num_features: int = 784, hidden: Sequence[int] = (200, 200), num_classes
     return classification(MLP(tuple(hidden), num_classes), (num_features,))
 
 
-def lenet5(input_shape: tuple[int, int, int] = (28, 28, 1), num_classes: int = 10) -> Task:
-    """LeNet-5 on uint8 images of ``input_shape`` (H, W, C)."""
+def _image_shape(input_shape, num_classes: int) -> tuple[int, int, int]:
     if len(tuple(input_shape)) != 3:
         raise ValueError(f"input_shape must be (H, W, C), got {input_shape!r}")
     height, width, channels = input_shape
     positive(num_classes=num_classes, height=height, width=width, channels=channels)
-    return classification(LeNet5(num_classes), tuple(input_shape))
+    return tuple(input_shape)
+
+
+def lenet5(input_shape: tuple[int, int, int] = (28, 28, 1), num_classes: int = 10,
+           padding: str = "SAME") -> Task:
+    """LeNet-5 on uint8 images of ``input_shape`` (H, W, C); ``padding="VALID"`` is the
+    CIFAR-10 LeNet of WKAFL's code."""
+    if padding not in ("SAME", "VALID"):
+        raise ValueError(f"padding must be 'SAME' or 'VALID', got {padding!r}")
+    return classification(LeNet5(num_classes, padding), _image_shape(input_shape, num_classes))
+
+
+def cnn(input_shape: tuple[int, int, int] = (28, 28, 1), num_classes: int = 10) -> Task:
+    """WKAFL's EMNIST CNN (:class:`CNN`) on uint8 images of ``input_shape``."""
+    return classification(CNN(num_classes), _image_shape(input_shape, num_classes))
+
+
+def celeba_cnn(input_shape: tuple[int, int, int] = (84, 84, 3), num_classes: int = 2) -> Task:
+    """WKAFL's CelebA model (:class:`CelebACNN`) on uint8 images of ``input_shape``."""
+    return classification(CelebACNN(num_classes), _image_shape(input_shape, num_classes))

@@ -1,0 +1,43 @@
+"""The asynchronous experiments (WKAFL tables, the async comparison), on tiny settings."""
+
+import json
+
+import numpy as np
+from conftest import MNIST_DIR
+
+from fedjax_avail import experiments
+from fedjax_avail.experiments._wkafl import stability
+from fedjax_avail.history import History
+
+
+def test_wkafl_experiment_smoke(tmp_path, mnist):
+    del mnist
+    small = dict(num_clients=60, clients_per_round=4, rounds=6, eval_every=3, model="lr",
+                 pixels="unit", history=None, data_dir=str(MNIST_DIR), train_eval_examples=500,
+                 algorithms=("wkafl", "twafl", "sasgd", "gsgm", "wkafl_no_selection"))
+    outcome = experiments.run(experiments.WKAFL_MNIST, small, tmp_path, progress=False)
+    assert [r["algorithm"] for r in outcome.summary] == list(small["algorithms"])
+    assert all(r["status"] == "ok" for r in outcome.summary)
+    history = outcome.histories["wkafl"]
+    assert {"staleness_mean", "staleness_max", "virtual_time"} <= set(history.columns)
+    rows = json.loads((tmp_path / "summary.json").read_text())
+    assert "stability" in rows[0] and "staleness_mean" in rows[0]
+
+
+def test_stability_is_the_std_of_log_accuracy():
+    acc = np.linspace(0.5, 0.9, 12)
+    history = History([{"round": i, "test_accuracy": float(a)} for i, a in
+                       enumerate([0.1, *acc])])
+    assert stability(history)["stability"] == np.std(np.log(acc[-10:]))
+    assert np.isnan(stability(History(history.rows[:5]))["stability"])
+
+
+def test_async_comparison_smoke(tmp_path, mnist):
+    del mnist
+    small = dict(num_clients=50, clients_per_round=5, concurrency=10, rounds=4, eval_every=2,
+                 local_steps=2, data_dir=str(MNIST_DIR))
+    outcome = experiments.run(experiments.ASYNC_MNIST, small, tmp_path, progress=False)
+    assert all(r["status"] == "ok" for r in outcome.summary)
+    assert outcome.histories["fedasync"]["round"][-1] == 4 * 5  # K times as many updates
+    assert outcome.histories["fedavg"]["virtual_time"][-1] > 0
+    assert (tmp_path / "curves_virtual_time.png").read_bytes()[:4] == b"\x89PNG"
