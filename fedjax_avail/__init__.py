@@ -4,7 +4,16 @@ All N clients live on a leading array axis; a round is a pure function, a run is
 ``lax.scan`` over rounds. See ``README.md`` and ``DESIGN.md`` for the architecture.
 """
 
-from fedjax_avail import algorithms, availability, clock, cohort, data, selection, tasks
+from fedjax_avail import (
+    algorithms,
+    availability,
+    clock,
+    cohort,
+    data,
+    fairness,
+    selection,
+    tasks,
+)
 from fedjax_avail.data import FederatedData
 from fedjax_avail.engine import DivergenceError, Interrupted, Result, simulate
 from fedjax_avail.history import History
@@ -28,6 +37,7 @@ __all__ = [
     "cohort",
     "data",
     "estimate_memory",
+    "fairness",
     "selection",
     "simulate",
     "tasks",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fedjax_avail import experiments
 from fedjax_avail.engine import Interrupted
-from fedjax_avail.experiments._settings import OPTIONAL
+from fedjax_avail.experiments._settings import optional
 
 
 def _defaults(experiment) -> dict:
@@ -30,7 +30,7 @@ def _overrides(experiment, pairs: list[str]) -> dict:
                 f"{experiment.name} has no setting {key!r}; settings: {sorted(defaults)}"
             )
         try:
-            if text.strip().lower() == "none" and key in OPTIONAL:
+            if text.strip().lower() == "none" and optional(defaults, key):
                 out[key] = None
                 continue
             out[key] = experiments.parse_value(text, defaults[key])

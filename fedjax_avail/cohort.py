@@ -4,10 +4,12 @@ Array kinds, by leading axis:
 
 * client arrays ``[N, ...]``: one row per client (stamps, latest-update buffers, data counts);
 * cohort arrays ``[K, ...]``: one row per member of the round's cohort;
-* server arrays: no client axis (the global model, the running mean update).
+* server arrays: no client axis (the global model, the running mean update);
+* run arrays ``[S, ...]``: several runs (seeds) of one configuration, the whole state stacked.
 
 :func:`map_cohort` is the only place that maps a per-client function over a cohort: it owns
-``vmap`` and the ``client_chunk`` memory knob, so algorithms never call ``jax.vmap`` themselves.
+``vmap`` and the ``client_chunk`` memory knob, so algorithms never call ``jax.vmap`` themselves;
+:func:`map_runs` maps a whole round (or an evaluation) over the runs axis.
 """
 
 from __future__ import annotations
@@ -21,6 +23,14 @@ import jax.numpy as jnp
 ClientArray = jax.Array  # [N, ...]
 CohortArray = jax.Array  # [K, ...]
 ServerArray = jax.Array  # no client axis
+
+
+def map_runs(fn: Callable[..., Any], in_axes: Any = 0) -> Callable[..., Any]:
+    """``fn`` over a leading runs axis ``[S, ...]`` (seeds of one configuration): one ``vmap``.
+
+    Arguments with ``in_axes`` None (the data) are shared by every run.
+    """
+    return jax.vmap(fn, in_axes=in_axes)
 
 
 def map_cohort(fn: Callable[..., Any], *args: Any, chunk: int | None = None) -> Any:

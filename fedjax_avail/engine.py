@@ -18,7 +18,7 @@ import dataclasses
 import math
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +28,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from fedjax_avail import _keys, inputs, memory
+from fedjax_avail import cohort as cohort_lib
 from fedjax_avail._interrupt import StopOnInterrupt
 from fedjax_avail.algorithms import Algorithm, RoundInput
 from fedjax_avail.availability import AvailabilityProcess, reports_of
 from fedjax_avail.checkpoint import RunCheckpointer, fingerprint
 from fedjax_avail.data import FederatedData
-from fedjax_avail.evaluation import make_evaluator
+from fedjax_avail.evaluation import make_client_evaluator, make_evaluator
+from fedjax_avail.fairness import fairness_metrics
 from fedjax_avail.history import History, round_columns
 from fedjax_avail.local import Problem
 from fedjax_avail.tasks import Task
@@ -51,7 +53,9 @@ class Result:
       round_metrics: per-round metrics, each ``[R]`` (``num_available``, ``num_selected``, ...).
       state: the algorithm's final state.
       timing: seconds: ``compile`` (all compilations), ``run`` (rounds, compile excluded),
-        ``eval`` (evaluations), ``total`` (wall time of ``simulate``); ``s_per_round`` = run / R
+        ``eval`` (evaluations), ``prepare`` (an algorithm's one-off pass before round 0, e.g.
+        DivFL's gradients of all clients, compile included), ``total`` (wall time of
+        ``simulate``); ``s_per_round`` = run / R
         (rounds run by this call: a resumed run times only what it ran).
       memory: ``estimated`` device bytes (:func:`fedjax_avail.estimate_memory`); ``held``: bytes
         of the device arrays this run held after its first chunk (data, states); ``working_set``:
@@ -122,7 +126,7 @@ def simulate(
     algorithm: Algorithm,
     availability: AvailabilityProcess,
     rounds: int,
-    seed: int = 0,
+    seed: int | Sequence[int] = 0,
     eval_every: int = 20,
     test_data: FederatedData | Mapping[str, np.ndarray] | None = None,
     *,
@@ -145,7 +149,10 @@ def simulate(
       rounds: R >= 1.
       seed: one seed for everything (model init, availability, selection, batches). Round r's
         randomness depends on (seed, r) only, so results are bit-identical whatever
-        ``eval_every``, ``client_chunk`` or checkpointing.
+        ``eval_every``, ``client_chunk`` or checkpointing. A list of seeds runs them all in one
+        compiled program (a vmapped runs axis over the whole state, the data shared) and returns
+        a list of :class:`Result`, one per seed, each equal to ``simulate(..., seed=s)`` (see
+        the README for the tolerance).
       eval_every: evaluate every this many rounds (and after round 0 and the last round).
       test_data: optional held-out examples (a dict of ``[M, ...]`` arrays or FederatedData).
       client_chunk: train the cohort in sequential chunks of this many clients (memory bound).
@@ -163,77 +170,108 @@ def simulate(
         for big models whose full evaluation would cost more than the rounds. None: all.
 
     Returns:
-      a :class:`Result`. ``history`` holds ``train_loss`` (mean over all clients' examples, the
-      quantity the FedLaAvg figures plot) and every task metric as ``train_<name>``, plus
-      ``test_loss`` and ``test_<name>`` when ``test_data`` is given.
+      a :class:`Result` (a list of them for a list of seeds). ``history`` holds ``train_loss``
+      (mean over all clients' examples, the quantity the FedLaAvg figures plot) and every task
+      metric as ``train_<name>``, plus
+      ``test_loss`` and ``test_<name>`` when ``test_data`` is given. When ``test_data`` is a
+      ``FederatedData`` (each client's own test split) and the task has an ``accuracy``
+      metric, the fairness metrics of the per-client accuracies are added as
+      ``test_client_dissimilarity``, ``test_acc_worst10``, ``test_jain``, ...
+      (:func:`fedjax_avail.fairness.fairness_metrics`).
 
     Raises:
       ValueError / TypeError: bad arguments or data, before anything is compiled.
       MemoryError: the run cannot fit in device memory (before anything is allocated).
       DivergenceError: the global model or the training loss became NaN/Inf; the message names
-        the round, and ``.result`` keeps the history so far.
+        the round, and ``.result`` keeps the history so far. With several seeds the other runs
+        finish first; ``.result`` is then the list of all results and the message names every
+        seed that diverged and its round.
       Interrupted: Ctrl-C; the run stops at the next chunk boundary, saving a checkpoint when
         ``checkpoint_dir`` is set; ``.result`` keeps the history so far.
     """
     start_time = time.perf_counter()
+    seeds = [int(x) for x in seed] if isinstance(seed, (list, tuple, np.ndarray)) else None
+    runs = seeds is not None
     test_arrays = inputs.check_simulate_args(
-        task, data, algorithm, availability, rounds, seed, eval_every, test_data, client_chunk,
-        eval_batch_size, checkpoint_every, train_eval_examples)
-    num_clients = data.num_clients
+        task, data, algorithm, availability, rounds, seeds or [seed], eval_every, test_data,
+        client_chunk, eval_batch_size, checkpoint_every, train_eval_examples)
+    num_clients, count = data.num_clients, len(seeds) if runs else 1
     estimate = memory.estimate_memory(task, data, algorithm, availability, test_data=test_arrays,
-                                      client_chunk=client_chunk)
+                                      client_chunk=client_chunk, runs=count)
     if check_memory:
         memory.check_fits(estimate, memory.available_bytes())
     baseline_bytes = sum(a.nbytes for a in jax.live_arrays())
 
-    keys = _keys.run_keys(seed)
-    params = task.init(keys.params)
-    carry = (algorithm.init(params, num_clients),
-             availability.init(keys.availability_init, num_clients),
-             jnp.int32(_HEALTHY))
+    def init_run(keys):
+        params = task.init(keys.params)
+        return (algorithm.init(params, num_clients),
+                availability.init(keys.availability_init, num_clients), jnp.int32(_HEALTHY))
+
+    keys = _keys.run_keys(seed) if not runs else jax.tree.map(
+        lambda *k: jnp.stack(k), *[_keys.run_keys(x) for x in seeds])
+    carry = cohort_lib.map_runs(init_run)(keys) if runs else init_run(keys)
+    params = carry[0].params
     checkpointer = None
     if checkpoint_dir is not None:
         checkpointer = RunCheckpointer(checkpoint_dir, fingerprint(
-            algorithm, availability, task, seed, eval_every, data.arrays, data.counts,
-            test_arrays, jax.eval_shape(task.init, keys.params), jax.__version__,
+            algorithm, availability, task, seeds or seed, eval_every, data.arrays, data.counts,
+            test_arrays, jax.eval_shape(lambda: carry[0].params), jax.__version__,
             jax.config.jax_default_prng_impl))
     device_data = jax.device_put(data)
     train_arrays = device_data.arrays
     if train_eval_examples is not None and train_eval_examples < data.num_examples:
         rows = (np.arange(train_eval_examples) * data.num_examples) // train_eval_examples
         train_arrays = {k: v[rows] for k, v in train_arrays.items()}
-    evaluators = {"train": make_evaluator(task, train_arrays, eval_batch_size)}
+    evaluators = {"train": make_evaluator(task, train_arrays, eval_batch_size, runs)}
     if test_arrays is not None:
-        evaluators["test"] = make_evaluator(task, test_arrays, eval_batch_size)
+        evaluators["test"] = make_evaluator(task, test_arrays, eval_batch_size, runs)
+    per_client = None  # each client's own test split: fairness metrics at every evaluation
+    if isinstance(test_data, FederatedData) and task.metrics is not None:
+        per_client = make_client_evaluator(task, test_data, eval_batch_size, runs)
 
-    def run_chunk(carry, data, round_ids):
-        problem = Problem(task, data, client_chunk)
+    def one_round(carry, r, keys, data):
+        alg_state, avail_state, health = carry
+        avail_key = _keys.availability_key(keys, r)
+        avail_state, mask = availability.step(avail_state, r, avail_key)
+        reports = reports_of(availability, mask, r, avail_key)
+        round_input = RoundInput(r, mask, _keys.algorithm_key(keys, r), reports)
+        alg_state, metrics = algorithm.round(alg_state, round_input,
+                                             Problem(task, data, client_chunk))
+        bad = ~_finite(alg_state)
+        health = jnp.where((health == _HEALTHY) & bad, r, health)
+        return (alg_state, avail_state, health), {"num_available": jnp.sum(mask), **metrics}
 
-        def one_round(carry, r):
-            alg_state, avail_state, health = carry
-            avail_key = _keys.availability_key(keys, r)
-            avail_state, mask = availability.step(avail_state, r, avail_key)
-            reports = reports_of(availability, mask, r, avail_key)
-            round_input = RoundInput(r, mask, _keys.algorithm_key(keys, r), reports)
-            alg_state, metrics = algorithm.round(alg_state, round_input, problem)
-            bad = ~_finite(alg_state)
-            health = jnp.where((health == _HEALTHY) & bad, r, health)
-            return (alg_state, avail_state, health), {"num_available": jnp.sum(mask), **metrics}
+    step = cohort_lib.map_runs(one_round, in_axes=(0, None, 0, None)) if runs else one_round
 
-        return jax.lax.scan(one_round, carry, round_ids)
+    def run_chunk(carry, data, round_ids, keys):
+        return jax.lax.scan(lambda c, r: step(c, r, keys, data), carry, round_ids)
 
     jitted = jax.jit(run_chunk, donate_argnums=0)
     compiled: dict[int, Any] = {}
     timing = {"compile": 0.0, "run": 0.0, "eval": 0.0}
     t0 = time.perf_counter()
-    for evaluator in evaluators.values():
+    for evaluator in [*evaluators.values(), *([per_client] if per_client else [])]:
         evaluator.compile(params)
     timing["compile"] += time.perf_counter() - t0
-    history, per_round, done = History(), [], 0
+    histories = [History() for _ in range(count)]
+    per_round: list[dict[str, np.ndarray]] = []  # [length(, S), ...] per chunk
     pending: list[dict[str, np.ndarray]] = []  # per-round metrics since the last history row
+    stopped = [None] * count  # the round each run diverged in
+    done = 0
     measured: dict[str, int] = {"estimated": estimate.total}
 
     restored = checkpointer.restore(jax.eval_shape(lambda: carry)) if checkpointer else None
+    prepare = getattr(algorithm, "prepare", None)
+    if prepare is not None and restored is None:  # once before round 0 (DivFL's gradients)
+        t0 = time.perf_counter()
+
+        def prepare_state(state, data):
+            return prepare(state, Problem(task, data, client_chunk))
+
+        prepare_fn = cohort_lib.map_runs(prepare_state, (0, None)) if runs else prepare_state
+        prepared = jax.jit(prepare_fn)(carry[0], device_data)
+        carry = (jax.block_until_ready(prepared), *carry[1:])
+        timing["prepare"] = time.perf_counter() - t0
     if restored is not None:
         if restored.done > rounds:
             raise ValueError(f"checkpoint_dir holds this run after {restored.done} rounds, more "
@@ -242,50 +280,80 @@ def simulate(
         done, carry = restored.done, restored.carry
         # The last row of a shorter run may be off the eval_every schedule: an uninterrupted
         # longer run has no row there.
-        rows = [row for row in restored.rows
-                if row["round"] % eval_every == 0 or row["round"] == rounds]
-        history = History(rows)
+        saved = restored.rows if runs else [restored.rows]
+        histories = [History([row for row in rows if row["round"] % eval_every == 0
+                              or row["round"] == rounds]) for rows in saved]
         per_round = [restored.round_metrics] if done else []
-        since = int(rows[-1]["round"])
+        since = int(histories[0].rows[-1]["round"])
         pending = [{k: v[since:] for k, v in restored.round_metrics.items()}] if done else []
+        health = np.atleast_1d(np.asarray(carry[2]))
+        stopped = [int(h) if h != _HEALTHY else None for h in health]
 
-    def evaluate(done: int) -> dict[str, float]:
+    def run_metrics(chunks: list[dict[str, np.ndarray]], i: int) -> dict[str, np.ndarray]:
+        joined = _concat(chunks)
+        return {k: v[:, i] for k, v in joined.items()} if runs else joined
+
+    def evaluate(done: int) -> list[dict[str, float]]:
         t0 = time.perf_counter()
-        row: dict[str, float] = {"round": done}
-        if done:
-            row.update(round_columns(_concat(pending)))
-            pending.clear()
-        for split, evaluator in evaluators.items():
-            values = jax.device_get(evaluator(carry[0].params))
-            row[f"{split}_loss"] = float(values.pop("loss"))
-            row.update({f"{split}_{k}": float(v) for k, v in values.items()})
+        values = {split: jax.device_get(ev(carry[0].params)) for split, ev in evaluators.items()}
+        clients = jax.device_get(per_client(carry[0].params)) if per_client else None
+        new_rows = []
+        for i, history in enumerate(histories):
+            row: dict[str, float] = {"round": done}
+            if done:
+                row.update(round_columns(run_metrics(pending, i)))
+            if stopped[i] is not None:  # a non-finite model is not scored: its metrics lie
+                row.update({name: math.nan for name in history.columns if name != "round"})
+                history.append(row)
+                new_rows.append(row)
+                continue
+            for split, split_values in values.items():
+                for k in ["loss", *(k for k in split_values if k != "loss")]:
+                    v = split_values[k]
+                    row[f"{split}_{k}"] = float(v[i] if runs else v)
+            if clients is not None and "accuracy" in clients:
+                acc = clients["accuracy"][i] if runs else clients["accuracy"]
+                row.update({f"test_{k}": v for k, v in fairness_metrics(acc).items()})
+            history.append(row)
+            new_rows.append(row)
+        pending.clear()
         timing["eval"] += time.perf_counter() - t0
-        history.append(row)
-        return row
+        return new_rows
 
-    def result() -> Result:
-        metrics = _concat(per_round)
+    def results() -> list[Result]:
         timing["total"] = time.perf_counter() - start_time
         ran = done - (restored.done if restored else 0)
         timing["s_per_round"] = timing["run"] / max(ran, 1)
         if "held" in measured:
             measured["measured"] = measured["held"] + measured.get("working_set", 0)
-        return Result(carry[0].params, history, metrics, carry[0], dict(timing), measured)
+        out = []
+        for i, history in enumerate(histories):
+            state = jax.tree.map(lambda a, i=i: a[i], carry[0]) if runs else carry[0]
+            out.append(Result(state.params, history, run_metrics(per_round, i), state,
+                              dict(timing), dict(measured)))
+        return out
+
+    def finish(items: list[Result]) -> Result | list[Result]:
+        return items if runs else items[0]
 
     def save() -> None:
         if checkpointer is not None:
-            checkpointer.save(done, carry, history.rows, _concat(per_round))
+            rows = [h.rows for h in histories] if runs else histories[0].rows
+            checkpointer.save(done, carry, rows, _concat(per_round))
 
     def diverged(message: str, round_index: int) -> DivergenceError:
-        return DivergenceError(f"{message}. Error.result holds the history so far.", result(),
-                               round_index)
+        return DivergenceError(f"{message}. Error.result holds the history so far.",
+                               finish(results()), round_index)
+
+    def name(i: int) -> str:
+        return f"seed {seeds[i]}: " if runs else ""
 
     if restored is None:
-        row = evaluate(0)
-        if not math.isfinite(row["train_loss"]):
-            raise diverged(f"the training loss of the initial model (round 0) is "
-                           f"{row['train_loss']}: the task's init or loss gives NaN/Inf before "
-                           "any training (check the model and the data)", 0)
+        for i, row in enumerate(evaluate(0)):
+            if not math.isfinite(row["train_loss"]):
+                raise diverged(f"{name(i)}the training loss of the initial model (round 0) is "
+                               f"{row['train_loss']}: the task's init or loss gives NaN/Inf "
+                               "before any training (check the model and the data)", 0)
     bar = tqdm(total=rounds, initial=done, disable=not progress, desc=desc, unit="round",
                mininterval=1.0)
     every = (eval_every,) + ((checkpoint_every or eval_every,) if checkpointer else ())
@@ -295,13 +363,13 @@ def simulate(
             round_ids = jnp.arange(done, end, dtype=jnp.int32)
             if length not in compiled:
                 t0 = time.perf_counter()
-                compiled[length] = jitted.lower(carry, device_data, round_ids).compile()
+                compiled[length] = jitted.lower(carry, device_data, round_ids, keys).compile()
                 timing["compile"] += time.perf_counter() - t0
                 analysis = compiled[length].memory_analysis()
                 temp = int(getattr(analysis, "temp_size_in_bytes", 0) or 0)
                 measured["working_set"] = max(measured.get("working_set", 0), temp)
             t0 = time.perf_counter()
-            carry, metrics = compiled[length](carry, device_data, round_ids)
+            carry, metrics = compiled[length](carry, device_data, round_ids, keys)
             jax.block_until_ready(carry)
             timing["run"] += time.perf_counter() - t0
             if "held" not in measured:
@@ -309,22 +377,27 @@ def simulate(
             per_round.append(jax.device_get(metrics))
             pending.append(per_round[-1])
             done = end
-            bad_round = int(carry[2])
             bar.update(length)
-            if bad_round != _HEALTHY:  # a non-finite model is not evaluated: its metrics lie
+            for i, h in enumerate(np.atleast_1d(np.asarray(carry[2]))):
+                if h != _HEALTHY and stopped[i] is None:
+                    stopped[i] = int(h)
+            if not runs and stopped[0] is not None:
                 bar.close()
-                history.append({name: math.nan for name in history.columns} | {"round": done})
+                histories[0].append({k: math.nan for k in histories[0].columns} | {"round": done})
                 raise diverged(
-                    f"the global model became NaN/Inf in round {bad_round} (the run diverged; "
-                    "try a smaller client_lr or server_lr, and check the data)", bad_round)
+                    f"the global model became NaN/Inf in round {stopped[0]} (the run diverged; "
+                    "try a smaller client_lr or server_lr, and check the data)", stopped[0])
             if end % eval_every == 0 or end == rounds:
-                row = evaluate(done)
-                bar.set_postfix(train_loss=f"{row['train_loss']:.4f}")
-                if not math.isfinite(row["train_loss"]):
-                    bar.close()
-                    raise diverged(f"the training loss is {row['train_loss']} after round "
-                                   f"{done} while the model is finite (the loss overflows)",
-                                   done)
+                new_rows = evaluate(done)
+                bar.set_postfix(train_loss=f"{new_rows[0]['train_loss']:.4f}")
+                for i, row in enumerate(new_rows):
+                    if stopped[i] is None and not math.isfinite(row["train_loss"]):
+                        if not runs:
+                            bar.close()
+                            raise diverged(f"the training loss is {row['train_loss']} after "
+                                           f"round {done} while the model is finite (the loss "
+                                           "overflows)", done)
+                        stopped[i] = done
             stop = interrupt.requested  # read once: saved and raised on the same reading
             if checkpointer and (end % (checkpoint_every or eval_every) == 0 or end == rounds
                                  or stop):
@@ -336,13 +409,18 @@ def simulate(
                     f"interrupted after round {done} of {rounds}"
                     + (f"; saved to {where}, run again with the same arguments to resume"
                        if where else " (no checkpoint_dir: nothing saved)"),
-                    result(), where)
+                    finish(results()), where)
     bar.close()
-    out = result()
-    dropped = int(np.sum(out.round_metrics.get("dropped_stale", 0)))
+    out = results()
+    if any(r is not None for r in stopped):
+        bad = [f"seed {seeds[i]} in round {r}" for i, r in enumerate(stopped) if r is not None]
+        raise diverged("runs diverged (the global model or the training loss became NaN/Inf): "
+                       + ", ".join(bad) + "; the other runs finished",
+                       min(r for r in stopped if r is not None))
+    dropped = int(sum(np.sum(r.round_metrics.get("dropped_stale", 0)) for r in out))
     if dropped:
         warnings.warn(
             f"{dropped} contributions were dropped: the model version their job started from "
             f"was older than the history of {getattr(algorithm, 'history', '?')} models kept; "
             "raise `history`, or use history=None (exact per-client copies)", stacklevel=2)
-    return out
+    return finish(out)

@@ -66,8 +66,15 @@ def check_simulate_args(
                             f"{type(obj).__name__}")
     check_int("rounds", rounds, 1, MAX_ROUNDS)
     check_int("eval_every", eval_every)
-    if not is_int(seed) or not 0 <= seed < 2**32:  # PRNGKey(seed) keeps 32 bits without x64
-        raise ValueError(f"seed must be an integer in [0, 2^32), got {seed!r}")
+    seeds = seed if isinstance(seed, (list, tuple)) else [seed]
+    if not seeds:
+        raise ValueError("seed must be an integer or a non-empty list of integers, got []")
+    for value in seeds:  # PRNGKey(seed) keeps 32 bits without x64
+        if not is_int(value) or not 0 <= value < 2**32:
+            raise ValueError(f"seed must be an integer in [0, 2^32) (or a list of them), got "
+                             f"{value!r}")
+    if len(set(int(v) for v in seeds)) != len(seeds):
+        raise ValueError(f"seed must not repeat a seed, got {list(seeds)}")
     check_optional_int("client_chunk", client_chunk)
     check_int("eval_batch_size", eval_batch_size)
     check_optional_int("checkpoint_every", checkpoint_every)

@@ -32,8 +32,9 @@ class Problem(NamedTuple):
         """The same problem with all examples pooled into one client (for centralised SGD)."""
         data = self.data
         total = jnp.sum(data.counts, keepdims=True)
+        size = len(next(iter(data.arrays.values())))
         pooled = FederatedData(arrays=data.arrays, offsets=jnp.zeros((1,), jnp.int32),
-                               counts=total)
+                               counts=total, max_count=size)
         return self._replace(data=pooled)
 
 
@@ -135,6 +136,53 @@ def local_gradients(
         return grad, loss
 
     return _map_members(problem, one_member, params, starts, rows)
+
+
+def full_batch(
+    problem: Problem, params, clients: jax.Array, *, with_grads: bool = True,
+    chunk: int | None = None,
+) -> tuple[jax.Array | None, jax.Array]:
+    """Each member's loss (and gradient) over **all** its examples at the global model.
+
+    The quantities DivFL, SubTrunc and Power-of-Choice read (the client's full-batch gradient
+    ``grad f_i(w)`` and loss ``f_i(w)``, spec ``subtrunc_unionfl.md`` 1.5). Rows are padded to
+    the largest client (``data.max_count``) and masked, so the cost is K x max_count examples.
+
+    Args:
+      problem, params, clients: as :func:`local_sgd`.
+      with_grads: also the gradients (False: losses only).
+      chunk: members computed at once (a ``lax.map`` of ``vmap`` s, bounding the activations
+        held to chunk x max_count examples); default ``problem.client_chunk``.
+
+    Returns:
+      ``([K, P] flat gradients or None, [K] losses)``.
+    """
+    chunk = problem.client_chunk if chunk is None else chunk
+    x0, unravel = ravel_pytree(params)
+    data = jax.tree.map(jnp.asarray, problem.data)
+    width = problem.data.max_count
+    arrays = data.arrays
+
+    def member_loss(x, offset, count):
+        rows = offset + jnp.arange(width)
+        keep = jnp.arange(width) < count
+        rows = jnp.where(keep, rows, offset)
+        losses = jax.vmap(lambda row: problem.task.loss(
+            unravel(x), {k: a[row][None] for k, a in arrays.items()}))(rows)
+        return jnp.sum(jnp.where(keep, losses, 0.0)) / count
+
+    offsets = cohort_lib.gather(data.offsets, clients)
+    counts = cohort_lib.gather(data.counts, clients)
+    if not with_grads:
+        losses = cohort_lib.map_cohort(lambda o, c: member_loss(x0, o, c), offsets, counts,
+                                       chunk=chunk)
+        return None, losses
+
+    def one_member(offset, count):
+        loss, grad = jax.value_and_grad(member_loss)(x0, offset, count)
+        return grad, loss
+
+    return cohort_lib.map_cohort(one_member, offsets, counts, chunk=chunk)
 
 
 def flat_size(params) -> int:

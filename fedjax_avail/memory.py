@@ -86,6 +86,7 @@ def estimate_memory(
     *,
     test_data: Mapping[str, Any] | FederatedData | None = None,
     client_chunk: int | None = None,
+    runs: int = 1,
 ) -> MemoryEstimate:
     """Predicts the device bytes a :func:`fedjax_avail.simulate` run holds, by term.
 
@@ -93,6 +94,8 @@ def estimate_memory(
 
     Args:
       task, data, algorithm, availability, test_data, client_chunk: as for ``simulate``.
+      runs: S, runs in one program (``simulate(seed=[...])``): every state term and the
+        working set are S times larger; the data is shared.
 
     Returns:
       a :class:`MemoryEstimate`; ``.total`` is the sum, ``.describe()`` a readable breakdown.
@@ -127,12 +130,12 @@ def estimate_memory(
     terms = {
         "data": _arrays_bytes(data.arrays) + 8 * num_clients,
         "test_data": _arrays_bytes(test),
-        "server_state": server,
-        "per_client_tables": sum(tables.values()),
-        "availability_state": avail,
-        "cohort_working_set": working,
+        "server_state": runs * server,
+        "per_client_tables": runs * sum(tables.values()),
+        "availability_state": runs * avail,
+        "cohort_working_set": runs * working,
     }
-    return MemoryEstimate(terms, tables)
+    return MemoryEstimate(terms, {name: runs * size for name, size in tables.items()})
 
 
 def cohort_size(algorithm: Any, num_clients: int) -> int:

@@ -15,7 +15,8 @@ import jax.numpy as jnp
 
 from fedjax_avail import clock as clock_lib
 from fedjax_avail import cohort as cohort_lib
-from fedjax_avail import selection, server
+from fedjax_avail import selection as selection_lib
+from fedjax_avail import server
 from fedjax_avail.algorithms._base import (
     Metrics,
     RoundInput,
@@ -29,6 +30,7 @@ from fedjax_avail.local import Problem, local_sgd
 class FedAvgState(NamedTuple):
     params: Any  # global model pytree, P parameters
     opt_state: Any  # server optimizer state
+    selection: Any = ()  # the selection strategy's state (DivFL: [N, P] gradients)
     clock: Any = None  # RoundClockState (speeds [N], virtual time) when durations are given
 
 
@@ -36,7 +38,8 @@ class FedAvgState(NamedTuple):
 class FedAvg:
     """Federated averaging over the round's participants.
 
-    Round r: ``B^r <-`` K clients uniform among the available ones; each trains
+    Round r: ``B^r <-`` K clients among the available ones (uniformly by default, or by any
+    ``selection`` strategy); each trains
     ``u_k = x_k^C - x`` (:func:`fedjax_avail.local.local_sgd`); the server steps
     ``x <- x + server_lr * sum_k w_k u_k / sum_k w_k`` (an optax SGD step on ``-mean``; with
     ``server_optimizer="adam"`` an Adam step, FedAdam).
@@ -51,6 +54,9 @@ class FedAvg:
         P:L363) or ``"data_size"`` (w_k = n_k, McMahan et al.).
       mu: FedProx proximal coefficient, >= 0 (0 is FedAvg).
       server_optimizer: ``"sgd"`` or ``"adam"`` (:func:`fedjax_avail.server.server_optimizer`).
+      selection: who trains among the available (default ``fa.selection.Uniform()``; also
+        ``DivFL()``, ``SubTrunc(...)``, ``UnionFL(...)``, ``PowerOfChoice(d)``,
+        ``LeastRecent()``).
       durations: optional job-duration model (``fa.clock.Constant``, ``Exponential``,
         ``LogNormal``): each round then lasts as long as its slowest participant's job, recorded
         as ``virtual_time`` (the time axis the asynchronous algorithms share).
@@ -68,6 +74,7 @@ class FedAvg:
     mu: float = 0.0
     server_optimizer: str = "sgd"
     durations: Any = None
+    selection: Any = dataclasses.field(default_factory=selection_lib.Uniform)
 
     def __post_init__(self):
         check_local_training(
@@ -79,6 +86,7 @@ class FedAvg:
         if not self.mu >= 0:
             raise ValueError(f"mu must be >= 0, got {self.mu!r}")
         self._optimizer()  # validates server_optimizer
+        selection_lib.check_selection(self.selection)
         if self.durations is not None and not isinstance(
                 self.durations, (clock_lib.Constant, clock_lib.Exponential, clock_lib.LogNormal)):
             raise TypeError(f"durations must be None or fa.clock.Constant, Exponential or "
@@ -89,19 +97,29 @@ class FedAvg:
 
     def validate(self, num_clients: int) -> None:
         check_cohort_fits(self.clients_per_round, num_clients)
+        selection_lib.check_selection(self.selection, self.clients_per_round, num_clients)
         if self.durations is not None:
             self.durations.speeds(num_clients)
 
     def init(self, params: Any, num_clients: int) -> FedAvgState:
         clock = None if self.durations is None else clock_lib.RoundClock(
             self.durations).init(num_clients)
-        return FedAvgState(params=params, opt_state=self._optimizer().init(params), clock=clock)
+        return FedAvgState(params=params, opt_state=self._optimizer().init(params),
+                           selection=self.selection.init(params, num_clients), clock=clock)
+
+    def prepare(self, state: FedAvgState, problem: Problem) -> FedAvgState:
+        """Before round 0: the selection's preparation (DivFL: every client's gradient)."""
+        return state._replace(selection=selection_lib.prepare_selection(
+            self.selection, state.selection, state.params, problem))
 
     def round(
         self, state: FedAvgState, inputs: RoundInput, problem: Problem
     ) -> tuple[FedAvgState, Metrics]:
         select_key, train_key = jax.random.split(inputs.key)
-        cohort, valid = selection.uniform(select_key, inputs.available, self.clients_per_round)
+        context = selection_lib.SelectionContext(select_key, inputs.available, inputs.round,
+                                                 state.params, problem)
+        chosen, cohort, valid = self.selection.select(state.selection, context,
+                                                      self.clients_per_round)
         valid = reported(inputs, cohort, valid)
         deltas = local_sgd(
             problem,
@@ -119,13 +137,14 @@ class FedAvg:
         params, opt_state = server.apply_delta(
             self._optimizer(), state.params, state.opt_state, delta
         )
+        chosen = self.selection.update(chosen, context, cohort, valid)
         metrics = {"num_selected": jnp.sum(valid)}
         clock = state.clock
         if self.durations is not None:
             clock = clock_lib.RoundClock(self.durations).step(
                 clock, jax.random.fold_in(select_key, 1), cohort, valid)
             metrics["virtual_time"] = clock.time[0]
-        return FedAvgState(params, opt_state, clock), metrics
+        return FedAvgState(params, opt_state, chosen, clock), metrics
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_avail import cohort as cohort_lib
-from fedjax_avail import selection, server
+from fedjax_avail import selection as selection_lib
+from fedjax_avail import server
 from fedjax_avail.algorithms._base import (
     Metrics,
     RoundInput,
@@ -26,6 +27,7 @@ class FedLaAvgState(NamedTuple):
     latest: jax.Array  # [N, P] float32, u_i^{R_i}: each client's latest update (0 if never)
     mean_update: jax.Array  # [P] float32, u^r = (1/N) sum_i latest[i]  (eq. 3 analogue)
     last_round: jax.Array  # [N] int32, R_i: round of last participation, -1 if never
+    selection: Any = ()  # the selection strategy's state (LeastRecent: the same stamps)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +54,8 @@ class FedLaAvg:
       batch_size: B, >= 1.
       client_lr: gamma, > 0.
       server_lr: step along u^r, > 0 (1 in the paper).
+      selection: who participates (default ``fa.selection.LeastRecent()``, L6); another
+        strategy keeps the latest-update average of L9 with another cohort rule.
 
     Example:
       >>> alg = FedLaAvg(clients_per_round=100, local_steps=10, batch_size=5, client_lr=0.01)
@@ -66,18 +70,26 @@ class FedLaAvg:
     batch_size: int = 5
     client_lr: float = 0.01
     server_lr: float = 1.0
+    selection: Any = dataclasses.field(default_factory=selection_lib.LeastRecent)
 
     def __post_init__(self):
         check_local_training(
             self.clients_per_round, self.local_steps, self.batch_size, self.client_lr, "client_lr",
             self.server_lr,
         )
+        selection_lib.check_selection(self.selection)
 
     def _optimizer(self):
         return server.server_optimizer("sgd", self.server_lr)
 
     def validate(self, num_clients: int) -> None:
         check_cohort_fits(self.clients_per_round, num_clients)
+        selection_lib.check_selection(self.selection, self.clients_per_round, num_clients)
+
+    def prepare(self, state: FedLaAvgState, problem: Problem) -> FedLaAvgState:
+        """Before round 0: the selection's preparation (DivFL: every client's gradient)."""
+        return state._replace(selection=selection_lib.prepare_selection(
+            self.selection, state.selection, state.params, problem))
 
     def init(self, params: Any, num_clients: int) -> FedLaAvgState:
         size = flat_size(params)
@@ -87,14 +99,17 @@ class FedLaAvg:
             latest=jnp.zeros((num_clients, size), jnp.float32),
             mean_update=jnp.zeros((size,), jnp.float32),
             last_round=jnp.full((num_clients,), -1, jnp.int32),
+            selection=self.selection.init(params, num_clients),
         )
 
     def round(
         self, state: FedLaAvgState, inputs: RoundInput, problem: Problem
     ) -> tuple[FedLaAvgState, Metrics]:
-        cohort, valid = selection.least_recent(
-            state.last_round, inputs.available, self.clients_per_round
-        )  # L6
+        select_key, train_key = jax.random.split(inputs.key)
+        context = selection_lib.SelectionContext(select_key, inputs.available, inputs.round,
+                                                 state.params, problem)
+        chosen, cohort, valid = self.selection.select(state.selection, context,
+                                                      self.clients_per_round)  # L6
         valid = reported(inputs, cohort, valid)
         last_round = cohort_lib.scatter(
             state.last_round, cohort, jnp.full(cohort.shape, inputs.round, jnp.int32), valid
@@ -103,7 +118,7 @@ class FedLaAvg:
             problem,
             state.params,
             cohort,
-            jax.random.split(inputs.key)[1],  # the batch key FedAvg uses too
+            train_key,  # the batch key FedAvg uses too
             steps=self.local_steps,
             batch_size=self.batch_size,
             lr=self.client_lr,
@@ -116,5 +131,6 @@ class FedLaAvg:
         )  # L10
         # r - R_i^r, never-seen clients having R_i = -1 (the paper's T_i^0 = 0, 1-based rounds).
         staleness = jnp.max(inputs.round - last_round)
-        new_state = FedLaAvgState(params, opt_state, latest, mean_update, last_round)
+        chosen = self.selection.update(chosen, context, cohort, valid)
+        new_state = FedLaAvgState(params, opt_state, latest, mean_update, last_round, chosen)
         return new_state, {"num_selected": jnp.sum(valid), "max_staleness": staleness}

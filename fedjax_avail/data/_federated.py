@@ -28,6 +28,8 @@ class FederatedData:
         images and ``y`` as int labels), rows grouped by client.
       offsets: ``[N]`` int32, the first row of each client.
       counts: ``[N]`` int32, the number of rows of each client (every client has at least one).
+      max_count: the largest client's row count (static metadata, set at construction): the
+        padded length of per-client full-batch computations (DivFL's client gradients).
 
     Example:
       >>> fd = FederatedData.from_client_arrays([{"x": np.zeros((2, 3))}, {"x": np.ones((1, 3))}])
@@ -38,6 +40,7 @@ class FederatedData:
     arrays: dict[str, np.ndarray]
     offsets: np.ndarray
     counts: np.ndarray
+    max_count: int = struct.field(pytree_node=False, default=0)
 
     def __post_init__(self):
         # JAX rebuilds the pytree from other leaves (tracers inside jit/vmap, abstract values
@@ -46,6 +49,8 @@ class FederatedData:
         if all(isinstance(leaf, _CONCRETE) and not isinstance(leaf, jax.core.Tracer)
                for leaf in leaves):
             _validate_layout(self.arrays, self.offsets, self.counts)
+            if not self.max_count:
+                object.__setattr__(self, "max_count", int(np.max(np.asarray(self.counts))))
 
     @property
     def num_clients(self) -> int:

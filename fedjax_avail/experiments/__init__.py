@@ -27,6 +27,12 @@ from fedjax_avail.experiments._sentiment140 import (
     FEDLAAVG_SENTIMENT140_FIG7_BETA,
     FEDLAAVG_SENTIMENT140_FIG7_N,
 )
+from fedjax_avail.experiments._subtrunc import (
+    SUBTRUNC_MNIST,
+    SUBTRUNC_MNIST_LAMBDA,
+    SUBTRUNC_MNIST_PHI,
+    SUBTRUNC_MNIST_WINDOW,
+)
 from fedjax_avail.experiments._sweep import Sweep, run_sweep
 from fedjax_avail.experiments._wkafl import (
     WKAFL_MNIST,
@@ -54,6 +60,10 @@ REGISTRY: dict[str, Experiment | Sweep] = {
         WKAFL_MNIST_TABLE3,
         WKAFL_MNIST_ABLATION,
         ASYNC_MNIST,
+        SUBTRUNC_MNIST,
+        SUBTRUNC_MNIST_LAMBDA,
+        SUBTRUNC_MNIST_WINDOW,
+        SUBTRUNC_MNIST_PHI,
     )
 }
 

@@ -84,7 +84,7 @@ class Experiment:
         if overrides.get("beta") is not None and "clients_per_round" in overrides:
             raise ValueError("set either beta or clients_per_round, not both (beta sets "
                              "clients_per_round = round(beta * num_clients))")
-        check_settings(config)
+        check_settings(config, self.defaults)
         return config
 
 
@@ -102,7 +102,10 @@ def parse_value(text: str, default: Any) -> Any:
     if isinstance(default, float):
         return float(text)
     if isinstance(default, tuple):
-        return tuple(item.strip() for item in text.split(",") if item.strip())
+        items = [item.strip() for item in text.split(",") if item.strip()]
+        if items and all(item.lstrip("-").isdigit() for item in items):  # e.g. seeds=0,1,2
+            return tuple(int(item) for item in items)
+        return tuple(items)
     if default is None:
         if text.lower() == "none":
             return None
@@ -156,9 +159,20 @@ def run(
         out_dir = check_writable_dir(out_dir, "out_dir")
     setup = experiment.build(config)
     every = checkpoint_every or 10 * config["eval_every"]
+    seeds = list(config["seeds"]) if config.get("seeds") else None
     meta = {"experiment": experiment.name, **config, "provenance": provenance()}
     histories: dict[str, History] = {}
+    per_seed: dict[str, list[History]] = {}
     summary = []
+
+    def record(name, status, results, start, stopped, plot):
+        nonlocal out_dir
+        per_seed[name] = [r.history for r in results]
+        histories[name] = mean_history(per_seed[name])
+        summary.append(_summary_row(name, status, results, setup, start, stopped, seeds))
+        if out_dir is not None:
+            out_dir = _write(out_dir, meta, per_seed, summary, experiment, setup, plot, seeds)
+
     for name, algorithm in setup.algorithms.items():
         checkpoints = None
         if out_dir is not None:
@@ -169,7 +183,7 @@ def run(
         try:
             result = simulate(
                 setup.task, setup.train, algorithm, setup.availability,
-                rounds=setup.rounds_of(name, config), seed=config["seed"],
+                rounds=setup.rounds_of(name, config), seed=seeds or config["seed"],
                 eval_every=config["eval_every"],
                 test_data=setup.test, progress=progress, desc=name,
                 checkpoint_dir=checkpoints, checkpoint_every=every,
@@ -179,18 +193,28 @@ def run(
         except DivergenceError as error:
             result, status, stopped = error.result, f"diverged: {error}", error.round
         except Interrupted as interrupted:
-            histories[name] = interrupted.result.history
-            summary.append(_summary_row(name, "interrupted", interrupted.result, setup, start,
-                                        int(interrupted.result.history.rows[-1]["round"])))
-            if out_dir is not None:
-                out_dir = _write(out_dir, meta, histories, summary, experiment, setup, plot=True)
+            results = _as_list(interrupted.result)
+            record(name, "interrupted", results, start,
+                   int(results[0].history.rows[-1]["round"]), plot=True)
             raise
-        histories[name] = result.history
-        summary.append(_summary_row(name, status, result, setup, start, stopped))
-        if out_dir is not None:
-            last = len(histories) == len(setup.algorithms)
-            out_dir = _write(out_dir, meta, histories, summary, experiment, setup, plot=last)
+        last = len(per_seed) + 1 == len(setup.algorithms)
+        record(name, status, _as_list(result), start, stopped, plot=last)
     return RunOutcome(histories, summary, out_dir)
+
+
+def _as_list(result) -> list:
+    return result if isinstance(result, list) else [result]
+
+
+def mean_history(histories: list[History]) -> History:
+    """The row-by-row mean of the histories of several seeds (one history: itself)."""
+    if len(histories) == 1:
+        return histories[0]
+    rows = []
+    for group in zip(*(h.rows for h in histories), strict=False):
+        rows.append({k: float(np.mean([row.get(k, np.nan) for row in group]))
+                     for k in group[0]})
+    return History(rows)
 
 
 def _number(value: float | None) -> float | None:
@@ -198,41 +222,66 @@ def _number(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else float(value)
 
 
-def _summary_row(name, status, result, setup, start, stopped) -> dict[str, Any]:
-    last = result.history.rows[-1]
-    return {
+def _measures(history: History, setup: Setup) -> dict[str, float | None]:
+    """One run's final numbers."""
+    last = history.rows[-1]
+    out = {
+        "final_train_loss": _number(last["train_loss"]),
+        "final_test_accuracy": _number(last.get("test_accuracy")),
+        "amplitude_last_window": _number(oscillation_amplitude(history, setup.window)),
+    }
+    if "test_client_dissimilarity" in last:
+        out["client_dissimilarity"] = _number(last["test_client_dissimilarity"])
+    if setup.summary:
+        out.update({k: _number(v) for k, v in setup.summary(history).items()})
+    return out
+
+
+def _summary_row(name, status, results, setup, start, stopped, seeds) -> dict[str, Any]:
+    """The summary of one algorithm: its final numbers, averaged over seeds with their std."""
+    measures = [_measures(r.history, setup) for r in results]
+    row: dict[str, Any] = {
         "algorithm": name,
         "status": status,
         "stopped_at_round": stopped,  # the round it diverged in, or was interrupted after
-        "rounds_done": int(last["round"]),
-        "final_train_loss": _number(last["train_loss"]),
-        "final_test_accuracy": _number(last.get("test_accuracy")),
-        "amplitude_last_window": _number(oscillation_amplitude(result.history, setup.window)),
-        **({k: _number(v) for k, v in setup.summary(result.history).items()}
-           if setup.summary else {}),
-        "seconds": round(time.perf_counter() - start, 2),
-        "compile_seconds": round(result.timing["compile"], 2),
+        "rounds_done": int(results[0].history.rows[-1]["round"]),
     }
+    for key in measures[0]:
+        values = [m[key] for m in measures if m[key] is not None]
+        row[key] = float(np.mean(values)) if values else None
+        if seeds:
+            row[f"{key}_std"] = float(np.std(values)) if values else None
+    if seeds:
+        row["seeds"] = seeds
+    row["seconds"] = round(time.perf_counter() - start, 2)
+    row["compile_seconds"] = round(results[0].timing["compile"], 2)
+    return row
 
 
-def _write(out_dir: Path, meta, histories, summary, experiment, setup, plot: bool) -> Path:
+def _write(out_dir: Path, meta, per_seed, summary, experiment, setup, plot: bool,
+           seeds) -> Path:
     """Writes the result files (the figure only when ``plot``); if that fails, writes them to a
     fresh temporary directory instead (so finished work is never lost to an output error) and
     returns where they are."""
     try:
-        _write_files(out_dir, meta, histories, summary, experiment, setup, plot)
+        _write_files(out_dir, meta, per_seed, summary, experiment, setup, plot, seeds)
         return out_dir
     except OSError as error:
         fallback = Path(tempfile.mkdtemp(prefix=f"fedjax-avail-{experiment.name}-"))
-        _write_files(fallback, meta, histories, summary, experiment, setup, plot)
+        _write_files(fallback, meta, per_seed, summary, experiment, setup, plot, seeds)
         print(f"fedjax-avail: could not write to {out_dir} ({error}); results saved in "
               f"{fallback}")
         return fallback
 
 
-def _write_files(out_dir: Path, meta, histories, summary, experiment, setup, plot: bool) -> None:
-    History([{"algorithm": name, **row} for name, history in histories.items()
+def _write_files(out_dir: Path, meta, per_seed, summary, experiment, setup, plot: bool,
+                 seeds) -> None:
+    """metrics.csv (one row per algorithm, seed and evaluation), config.json, summary.json and
+    the figures (the mean over seeds)."""
+    History([{"algorithm": name, **({"seed": seeds[i]} if seeds else {}), **row}
+             for name, histories in per_seed.items() for i, history in enumerate(histories)
              for row in history]).to_csv(out_dir / "metrics.csv")
+    histories = {name: mean_history(h) for name, h in per_seed.items()}
     atomic_write_text(out_dir / "config.json", json.dumps(meta, indent=2, default=str) + "\n")
     atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     if plot:
@@ -248,13 +297,15 @@ def _cell(value: float | None, width: int) -> str:
 
 
 _STANDARD = ("algorithm", "status", "stopped_at_round", "rounds_done", "final_train_loss",
-             "final_test_accuracy", "amplitude_last_window", "seconds", "compile_seconds")
+             "final_test_accuracy", "amplitude_last_window", "seconds", "compile_seconds",
+             "seeds")
 
 
 def format_summary(summary: list[dict[str, Any]]) -> str:
     """A fixed-width table of the summary rows ("n/a" where a value was not measured); an
     experiment's own summary columns (e.g. WKAFL's stability) follow the standard ones."""
-    extra = [k for k in (summary[0] if summary else {}) if k not in _STANDARD]
+    extra = [k for k in (summary[0] if summary else {})
+             if k not in _STANDARD and not k.endswith("_std")]
     head = "".join(f" {k[:12]:>12}" for k in extra)
     lines = [f"{'algorithm':<20} {'train loss':>10} {'test acc':>9} {'amplitude':>10}{head} "
              f"{'sec':>7}"]
@@ -267,4 +318,11 @@ def format_summary(summary: list[dict[str, Any]]) -> str:
             f"{_cell(row['final_test_accuracy'], 9)} {_cell(row['amplitude_last_window'], 10)}"
             f"{cells} {row['seconds']:>7.1f}{flag}"
         )
+        if row.get("seeds"):  # the spread over seeds, under the means
+            stds = "".join(f" {_cell(row.get(f'{k}_std'), 12)}" for k in extra)
+            lines.append(
+                f"{'  +- (std, ' + str(len(row['seeds'])) + ' seeds)':<20} "
+                f"{_cell(row.get('final_train_loss_std'), 10)} "
+                f"{_cell(row.get('final_test_accuracy_std'), 9)} "
+                f"{_cell(row.get('amplitude_last_window_std'), 10)}{stds}")
     return "\n".join(lines)

@@ -52,26 +52,43 @@ RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "speed_sigma": _real("a number >= 0", lambda v: v >= 0),
     "p_on": _real("a number in (0, 1]", lambda v: 0 < v <= 1),
     "p_off": _real("a number in (0, 1]", lambda v: 0 < v <= 1),
-}
-OPTIONAL = {
-    "beta": _real("None or a number in (0, 1]", lambda v: 0 < v <= 1),
-    "history": ("None or an integer >= 1", lambda v: is_int(v) and v >= 1),
-    "lr": _real("None or a number > 0", lambda v: v > 0),
-    "train_eval_examples": ("None or an integer >= 1", lambda v: is_int(v) and v >= 1),
+    "lr": _real("a number > 0", lambda v: v > 0),
+    "beta": _real("a number in (0, 1]", lambda v: 0 < v <= 1),
+    "history": _int(1),
+    "classes": _int(1),
+    "candidates": _int(1),
+    "poc_d": _int(1),
+    "lam": _real("a number >= 0", lambda v: v >= 0),
+    "b": _real("a number > 0", lambda v: v > 0),
+    "window": _int(1),
+    "seeds": ("a tuple of distinct integers in [0, 2^32), e.g. --set seeds=0,1,2,3,4",
+              lambda v: isinstance(v, tuple) and all(is_int(x) and 0 <= x < 2**32 for x in v)
+              and len(set(v)) == len(v)),
+    "train_eval_examples": _int(1),
 }
 
 
-def check_settings(config: Mapping[str, Any]) -> None:
-    """Raises ValueError naming the first setting outside its allowed range."""
+NULLABLE = {"history"}  # None has a meaning whatever the default (per-client model copies)
+
+
+def optional(defaults: Mapping[str, Any], key: str) -> bool:
+    """A setting whose default is None, or ``history``, may be None (``--set key=none``)."""
+    return key in NULLABLE or (key in defaults and defaults[key] is None)
+
+
+def check_settings(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
+    """Raises ValueError naming the first setting outside its allowed range.
+
+    A setting whose default is None may also be None (it then means the documented default
+    behaviour, e.g. each method's own learning rate).
+    """
     for key, value in config.items():
-        if key in RULES:
-            allowed, ok = RULES[key]
-        elif key in OPTIONAL and value is not None:
-            allowed, ok = OPTIONAL[key]
-        else:
+        if key not in RULES or (value is None and optional(defaults, key)):
             continue
+        allowed, ok = RULES[key]
         if not ok(value):
-            raise ValueError(f"setting {key} must be {allowed}, got {value!r}")
+            prefix = "None or " if optional(defaults, key) else ""
+            raise ValueError(f"setting {key} must be {prefix}{allowed}, got {value!r}")
     if config.get("beta") is not None and "num_clients" in config:
         cohort = clients_per_round(config)
         if cohort < 1:

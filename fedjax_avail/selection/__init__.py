@@ -1,10 +1,37 @@
 """Cohort selection: who trains among the available clients.
 
-Every rule returns a fixed-size ``[K]`` index vector of distinct clients and a ``[K]`` validity
-mask (False for padding when fewer than K clients are available).
+Every strategy is an object with one interface (``selection/_base.py``) and returns a fixed-size
+``[K]`` index vector of distinct clients and a ``[K]`` validity mask (False for padding when
+fewer than K clients are available). Synchronous algorithms take ``selection=``. The functions
+``uniform`` and ``least_recent`` are the stateless rules behind ``Uniform`` and ``LeastRecent``.
 """
 
-from fedjax_avail.selection._least_recent import least_recent
-from fedjax_avail.selection._uniform import uniform
+from fedjax_avail.selection._base import SelectionContext, check_selection, prepare_selection
+from fedjax_avail.selection._facility import coverage_value, greedy, greedy_facility_location
+from fedjax_avail.selection._least_recent import LeastRecent, least_recent
+from fedjax_avail.selection._submodular import (
+    DivFL,
+    FacilityState,
+    PowerOfChoice,
+    SubTrunc,
+    UnionFL,
+)
+from fedjax_avail.selection._uniform import Uniform, uniform
 
-__all__ = ["least_recent", "uniform"]
+__all__ = [
+    "DivFL",
+    "FacilityState",
+    "LeastRecent",
+    "PowerOfChoice",
+    "SelectionContext",
+    "SubTrunc",
+    "Uniform",
+    "UnionFL",
+    "check_selection",
+    "coverage_value",
+    "greedy",
+    "greedy_facility_location",
+    "least_recent",
+    "prepare_selection",
+    "uniform",
+]

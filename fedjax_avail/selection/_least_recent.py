@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
+
+from fedjax_avail import cohort as cohort_lib
 
 
 def least_recent(
@@ -31,3 +35,23 @@ def least_recent(
     # top_k returns the lower index first among equal values: that is the tie-break.
     _, cohort = jax.lax.top_k(scores, k)
     return cohort, available[cohort]
+
+
+@dataclasses.dataclass(frozen=True)
+class LeastRecent:
+    """The K available clients that participated least recently (:func:`least_recent`).
+
+    State: ``[N]`` int32 stamps, the last round each client reported in (-1: never); a client
+    that was selected but dropped out keeps its old stamp. FedLaAvg's default.
+    """
+
+    def init(self, params, num_clients: int) -> jax.Array:
+        del params
+        return jnp.full((num_clients,), -1, jnp.int32)
+
+    def select(self, state, context, k: int):
+        return (state, *least_recent(state, context.available, k))
+
+    def update(self, state, context, cohort, valid):
+        return cohort_lib.scatter(state, cohort, jnp.full(cohort.shape, context.round,
+                                                          jnp.int32), valid)

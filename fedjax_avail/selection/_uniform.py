@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
@@ -32,3 +34,23 @@ def uniform(key: jax.Array, available: jax.Array, k: int) -> tuple[jax.Array, ja
     scores = jnp.where(available, (words >> 8).astype(jnp.float32), -1.0)
     _, cohort = jax.lax.top_k(scores, k)
     return cohort, available[cohort]
+
+
+@dataclasses.dataclass(frozen=True)
+class Uniform:
+    """K clients uniformly at random among the available ones (:func:`uniform`); no state.
+
+    Example:
+      >>> fa.algorithms.FedAvg(clients_per_round=10, selection=fa.selection.Uniform())
+    """
+
+    def init(self, params, num_clients: int) -> tuple:
+        del params, num_clients
+        return ()
+
+    def select(self, state, context, k: int):
+        return (state, *uniform(context.key, context.available, k))
+
+    def update(self, state, context, cohort, valid):
+        del context, cohort, valid
+        return state

@@ -1,0 +1,231 @@
+"""Client selection by submodular maximisation: DivFL, SubTrunc, UnionFL; and Power-of-Choice.
+
+Castillo J. et al., "Submodular Maximization Approaches for Equitable Client Selection in
+Federated Learning" (arXiv 2408.13683; spec ``subtrunc_unionfl.md``):
+
+* ``DivFL`` (Balakrishnan et al., ICLR 2022; eq. 9-10): facility location on the Euclidean
+  distances between clients' gradients, maximised by stochastic greedy;
+* ``SubTrunc`` (eq. 11-13): DivFL plus ``lam * min(b, sum_{i in S} phi(f_i(w)))``, the clients'
+  most recent losses truncated at b;
+* ``UnionFL`` (eq. 14): DivFL minus ``mu * |S cap U_t|``, U_t the clients selected in the last
+  ``window`` rounds (a flat penalty on every recent client, spec 2.2).
+
+``SubTrunc(lam=0)`` and ``UnionFL(mu=0)`` are DivFL exactly (the same picks for the same key).
+
+Gradient proxies follow DivFL's code (``melodi-lab/divfl``, ``fedavg.py``; spec 1.5): at round 0
+every client's full-batch gradient (and loss) at the initial model is computed (``prepare``);
+after each round the clients that reported refresh theirs at the model they received; the other
+rows go stale. ``refresh="available"`` instead recomputes every available client's at every
+round (the paper's oracle reading; O(N) work a round, for small N). Stochastic greedy draws
+``candidates`` = r = 10 per step, the paper's value (L295); DivFL's code draws
+``max(K, N // 10)`` (``candidates="code"``), which equals 10 at the paper's N = 100 but makes a
+round O(K N^2 P / 10) at large N. Every client must be covered, so a round costs
+O(K r N P) distance work whatever r (the README's selection benchmark).
+
+Power-of-Choice (Cho, Wang, Joshi 2020): d candidates drawn without replacement with probability
+proportional to their data size, the K with the highest local loss at the current model win.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_avail import cohort as cohort_lib
+from fedjax_avail._checks import check_int, is_real
+from fedjax_avail.local import flat_size, full_batch
+from fedjax_avail.selection._facility import greedy
+
+METHODS = ("stochastic", "greedy")
+ALL_CLIENTS_CHUNK = 8  # clients whose full batches are held at once in a pass over all N
+REFRESH = ("selected", "available")
+PHIS = ("log1p", "identity")
+
+
+class FacilityState(NamedTuple):
+    features: jax.Array  # [N, P] float32, each client's latest full-batch gradient
+    losses: jax.Array  # [N] float32, each client's latest full-batch loss
+    last_selected: jax.Array  # [N] int32, the last round it reported in, -1 if never
+
+
+@dataclasses.dataclass(frozen=True)
+class DivFL:
+    """Diverse client selection: facility location on client gradients (module docstring).
+
+    Args:
+      candidates: r, stochastic greedy's candidates per step (10, the paper's), or ``"code"``
+        for DivFL's code's ``max(K, N // 10)``.
+      method: ``"stochastic"`` greedy or exact plain ``"greedy"`` (an ``[N, N]`` matrix).
+      refresh: ``"selected"`` (DivFL's code) or ``"available"`` (every available client's
+        gradient at every round).
+
+    Example:
+      >>> fa.algorithms.FedAvg(clients_per_round=10, selection=fa.selection.DivFL())
+    """
+
+    candidates: int | str = 10
+    method: str = "stochastic"
+    refresh: str = "selected"
+
+    def __post_init__(self):
+        if self.candidates != "code":
+            check_int("candidates", self.candidates)
+        for name, value, allowed in (("method", self.method, METHODS),
+                                     ("refresh", self.refresh, REFRESH)):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+
+    def validate(self, k: int, num_clients: int) -> None:
+        del k, num_clients
+
+    def init(self, params, num_clients: int) -> FacilityState:
+        size = flat_size(params)
+        return FacilityState(jnp.zeros((num_clients, size), jnp.float32),
+                             jnp.zeros((num_clients,), jnp.float32),
+                             jnp.full((num_clients,), -1, jnp.int32))
+
+    def prepare(self, state: FacilityState, params, problem) -> FacilityState:
+        """Every client's gradient and loss at the initial model (DivFL's round 0), computed
+        ``ALL_CLIENTS_CHUNK`` clients at a time."""
+        grads, losses = full_batch(problem, params, jnp.arange(state.losses.shape[0]),
+                                   chunk=problem.client_chunk or ALL_CLIENTS_CHUNK)
+        return state._replace(features=grads, losses=losses)
+
+    def select(self, state: FacilityState, context, k: int):
+        if self.refresh == "available":
+            grads, losses = full_batch(context.problem, context.params,
+                                       jnp.arange(state.losses.shape[0]),
+                                       chunk=context.problem.client_chunk or ALL_CLIENTS_CHUNK)
+            on = context.available
+            state = state._replace(features=jnp.where(on[:, None], grads, state.features),
+                                   losses=jnp.where(on, losses, state.losses))
+        n = state.losses.shape[0]
+        r = None if self.method == "greedy" else (
+            max(k, n // 10) if self.candidates == "code" else self.candidates)
+        gain, init, step = self._extra(state, context)
+        cohort, valid = greedy(context.key, state.features, context.available, k, r, gain,
+                               init, step)
+        return state, cohort, valid
+
+    def _extra(self, state, context):
+        """The extra gain of a variant: ``(gain(candidates, carry), carry0, step)``."""
+        del state, context
+        return None, None, None
+
+    def update(self, state: FacilityState, context, cohort, valid) -> FacilityState:
+        """The members that reported send their gradient at the model they received."""
+        grads, losses = full_batch(context.problem, context.params, cohort)
+        return FacilityState(
+            cohort_lib.scatter(state.features, cohort, grads, valid),
+            cohort_lib.scatter(state.losses, cohort, losses, valid),
+            cohort_lib.scatter(state.last_selected, cohort,
+                               jnp.full(cohort.shape, context.round, jnp.int32), valid))
+
+
+@dataclasses.dataclass(frozen=True)
+class SubTrunc(DivFL):
+    """DivFL + ``lam * min(b, sum_{i in S} phi(f_i))`` (eq. 13).
+
+    The marginal gain of client e adds ``lam * (min(b, F + phi(f_e)) - min(b, F))``, F the
+    truncated term's sum over the clients picked so far. Defaults: the paper's MNIST Table I
+    (lam = 0.95, b = 1.10, phi = ln(1 + x); spec 4.6).
+
+    Args:
+      lam: lambda >= 0 (0 is DivFL).
+      b: truncation > 0.
+      phi: ``"log1p"`` or ``"identity"`` (Table IV).
+    """
+
+    lam: float = 0.95
+    b: float = 1.10
+    phi: str = "log1p"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not is_real(self.lam) or self.lam < 0:
+            raise ValueError(f"lam must be a finite number >= 0, got {self.lam!r}")
+        if not is_real(self.b) or self.b <= 0:
+            raise ValueError(f"b must be a finite number > 0, got {self.b!r}")
+        if self.phi not in PHIS:
+            raise ValueError(f"phi must be one of {PHIS}, got {self.phi!r}")
+
+    def _extra(self, state, context):
+        del context
+        phi = jnp.log1p(jnp.maximum(state.losses, 0.0)) if self.phi == "log1p" else (
+            state.losses)
+
+        def gain(columns, total):
+            return self.lam * (jnp.minimum(self.b, total + phi[columns])
+                               - jnp.minimum(self.b, total))
+
+        return gain, jnp.float32(0.0), lambda total, chosen: total + phi[chosen]
+
+
+@dataclasses.dataclass(frozen=True)
+class UnionFL(DivFL):
+    """DivFL - ``mu * |S cap U_t|``, U_t the clients selected in the last ``window`` rounds
+    (eq. 14). Defaults: the paper's mu = 1, window 5 (Tables I, III; spec 4.6).
+
+    Args:
+      mu: penalty >= 0 (0 is DivFL).
+      window: look-back rounds, >= 1.
+    """
+
+    mu: float = 1.0
+    window: int = 5
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not is_real(self.mu) or self.mu < 0:
+            raise ValueError(f"mu must be a finite number >= 0, got {self.mu!r}")
+        check_int("window", self.window)
+
+    def _extra(self, state, context):
+        recent = (state.last_selected >= 0) & (state.last_selected >= context.round - self.window)
+
+        def gain(columns, carry):
+            del carry
+            return -self.mu * recent[columns].astype(jnp.float32)
+
+        return gain, jnp.float32(0.0), lambda carry, chosen: carry
+
+
+@dataclasses.dataclass(frozen=True)
+class PowerOfChoice:
+    """Power-of-Choice (module docstring): d candidates by data size, the K lossiest win.
+
+    Args:
+      d: candidates per round, ``K <= d <= N``; the losses of all d are computed each round.
+    """
+
+    d: int
+
+    def __post_init__(self):
+        check_int("d", self.d)
+
+    def validate(self, k: int, num_clients: int) -> None:
+        if not k <= self.d <= num_clients:
+            raise ValueError(f"d must be in [clients_per_round={k}, num_clients="
+                             f"{num_clients}], got {self.d}")
+
+    def init(self, params, num_clients: int) -> tuple:
+        del params, num_clients
+        return ()
+
+    def select(self, state, context, k: int):
+        counts = context.problem.data.counts.astype(jnp.float32)
+        gumbel = -jnp.log(-jnp.log(jax.random.uniform(context.key, counts.shape,
+                                                      minval=1e-12, maxval=1.0)))
+        scores = jnp.where(context.available, jnp.log(counts) + gumbel, -jnp.inf)
+        _, candidates = jax.lax.top_k(scores, self.d)  # by size, without replacement
+        ok = context.available[candidates]
+        _, losses = full_batch(context.problem, context.params, candidates, with_grads=False)
+        _, best = jax.lax.top_k(jnp.where(ok, losses, -jnp.inf), k)
+        return state, candidates[best], ok[best]
+
+    def update(self, state, context, cohort, valid):
+        del context, cohort, valid
+        return state
