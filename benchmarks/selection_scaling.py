@@ -53,9 +53,9 @@ def main() -> None:
         for name, strategy in strategies.items():
             alg = fa.algorithms.FedAvg(clients_per_round=10, local_steps=10, batch_size=5,
                                        selection=strategy)
-            run = lambda alg=alg: fa.simulate(task, fd, alg,  # noqa: E731
-                                              fa.availability.AlwaysOn(), rounds=args.rounds,
-                                              eval_every=args.rounds)
+            run = lambda alg=alg, fd=fd: fa.simulate(  # noqa: E731
+                task, fd, alg, fa.availability.AlwaysOn(), rounds=args.rounds,
+                eval_every=args.rounds)
             run()
             results = [run() for _ in range(repeats)]
             per_round = min(r.timing["s_per_round"] for r in results)
