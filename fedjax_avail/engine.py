@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from fedjax_avail import _keys, inputs, memory
 from fedjax_avail import cohort as cohort_lib
+from fedjax_avail import runs as runs_lib
 from fedjax_avail._interrupt import StopOnInterrupt
 from fedjax_avail.algorithms import Algorithm, RoundInput
 from fedjax_avail.availability import AvailabilityProcess, reports_of
@@ -106,6 +107,17 @@ def _finite(state) -> jax.Array:
     return jnp.all(jnp.stack(checks)) if checks else jnp.bool_(True)
 
 
+def _fetch(tree):
+    """Device values on the host. In a multi-process run the values the engine reads (metrics,
+    evaluations, the health flag) are replicated global arrays: their local copy is read."""
+    def one(a):
+        if isinstance(a, jax.Array) and not a.is_fully_addressable:
+            return np.asarray(a.addressable_data(0))
+        return np.asarray(jax.device_get(a))
+
+    return jax.tree.map(one, tree)
+
+
 def _concat(chunks: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Per-round metrics of consecutive chunks joined along the round axis."""
     names = chunks[0] if chunks else {}
@@ -123,8 +135,8 @@ def _boundaries(done: int, rounds: int, every: tuple[int, ...]) -> list[int]:
 def simulate(
     task: Task,
     data: FederatedData,
-    algorithm: Algorithm,
-    availability: AvailabilityProcess,
+    algorithm: Algorithm | Sequence[Algorithm],
+    availability: AvailabilityProcess | Sequence[AvailabilityProcess],
     rounds: int,
     seed: int | Sequence[int] = 0,
     eval_every: int = 20,
@@ -138,6 +150,7 @@ def simulate(
     checkpoint_every: int | None = None,
     check_memory: bool = True,
     train_eval_examples: int | None = None,
+    mesh: Any = None,
 ) -> Result:
     """Runs ``rounds`` rounds of ``algorithm`` under ``availability``; round r uses mask r.
 
@@ -152,7 +165,9 @@ def simulate(
         ``eval_every``, ``client_chunk`` or checkpointing. A list of seeds runs them all in one
         compiled program (a vmapped runs axis over the whole state, the data shared) and returns
         a list of :class:`Result`, one per seed, each equal to ``simulate(..., seed=s)`` (see
-        the README for the tolerance).
+        the README for the tolerance). ``algorithm`` and ``availability`` may also be lists,
+        aligned with the seeds run by run (:mod:`fedjax_avail.runs`: hyperparameter values in
+        one program).
       eval_every: evaluate every this many rounds (and after round 0 and the last round).
       test_data: optional held-out examples (a dict of ``[M, ...]`` arrays or FederatedData).
       client_chunk: train the cohort in sequential chunks of this many clients (memory bound).
@@ -165,6 +180,10 @@ def simulate(
       checkpoint_every: rounds between checkpoints (default ``eval_every``).
       check_memory: refuse a run whose predicted device memory
         (:func:`fedjax_avail.estimate_memory`) exceeds what is free.
+      mesh: a ``jax.sharding.Mesh`` with a ``"clients"`` axis: every client array (data rows,
+        per-client tables, stamps, availability state) is split over it, the model and server
+        arrays replicated (:func:`fedjax_avail.cohort.client_shardings`); N must be a multiple
+        of the axis size. Results equal a single device's up to float reordering (README).
       train_eval_examples: evaluate the training metrics on this many evenly spaced training
         examples (rows ``round(i M / n)``, every client's share in proportion) instead of all M;
         for big models whose full evaluation would cost more than the rounds. None: all.
@@ -190,34 +209,76 @@ def simulate(
         ``checkpoint_dir`` is set; ``.result`` keeps the history so far.
     """
     start_time = time.perf_counter()
-    seeds = [int(x) for x in seed] if isinstance(seed, (list, tuple, np.ndarray)) else None
-    runs = seeds is not None
+    count = runs_lib.run_count(seed, algorithm, availability)
+    runs = count is not None
+    count = count or 1
+
+    def each(value):
+        return list(value) if runs_lib.is_runs(value) else [value] * count
+
+    seeds, algorithms, processes = each(seed), each(algorithm), each(availability)
+    algorithm, availability = algorithms[0], processes[0]  # the programs' code; values vary
     test_arrays = inputs.check_simulate_args(
-        task, data, algorithm, availability, rounds, seeds or [seed], eval_every, test_data,
+        task, data, algorithm, availability, rounds, seeds, eval_every, test_data,
         client_chunk, eval_batch_size, checkpoint_every, train_eval_examples)
-    num_clients, count = data.num_clients, len(seeds) if runs else 1
+    num_clients = data.num_clients
+    hyper: dict[str, Any] = {}
+    if runs:
+        for other in algorithms[1:]:
+            inputs.check_algorithm(other, num_clients)
+        for other in processes[1:]:
+            inputs.check_availability(other)
+        hyper = runs_lib.swept_values(algorithms, "algorithm")
+        runs_lib.swept_values(processes, "availability",
+                              getattr(type(availability), "run_parameters", ()))
     estimate = memory.estimate_memory(task, data, algorithm, availability, test_data=test_arrays,
                                       client_chunk=client_chunk, runs=count)
     if check_memory:
         memory.check_fits(estimate, memory.available_bytes())
     baseline_bytes = sum(a.nbytes for a in jax.live_arrays())
 
-    def init_run(keys):
+    def init_run(keys, alg, process):
         params = task.init(keys.params)
-        return (algorithm.init(params, num_clients),
-                availability.init(keys.availability_init, num_clients), jnp.int32(_HEALTHY))
+        return (alg.init(params, num_clients), process.init(keys.availability_init, num_clients),
+                jnp.int32(_HEALTHY))
 
-    keys = _keys.run_keys(seed) if not runs else jax.tree.map(
-        lambda *k: jnp.stack(k), *[_keys.run_keys(x) for x in seeds])
-    carry = cohort_lib.map_runs(init_run)(keys) if runs else init_run(keys)
+    def stack(trees):
+        return jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees)
+
+    if runs:  # each run's state built as a single run's, then stacked on a leading runs axis
+        keys = stack([_keys.run_keys(x) for x in seeds])
+        carry = stack([init_run(_keys.run_keys(x), alg, process)
+                       for x, alg, process in zip(seeds, algorithms, processes, strict=True)])
+    else:
+        keys = _keys.run_keys(seed)
+        carry = init_run(keys, algorithm, availability)
+    hyper = {name: jnp.asarray(values) for name, values in hyper.items()}
     params = carry[0].params
     checkpointer = None
     if checkpoint_dir is not None:
         checkpointer = RunCheckpointer(checkpoint_dir, fingerprint(
-            algorithm, availability, task, seeds or seed, eval_every, data.arrays, data.counts,
-            test_arrays, jax.eval_shape(lambda: carry[0].params), jax.__version__,
+            algorithms if runs else algorithm, processes if runs else availability, task,
+            seeds if runs else seed, eval_every, data.arrays, data.counts, test_arrays,
+            jax.eval_shape(lambda: carry[0].params), jax.__version__,
             jax.config.jax_default_prng_impl))
-    device_data = jax.device_put(data)
+    chunk_shardings = {}
+    if mesh is not None:
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        replicated = NamedSharding(mesh, PartitionSpec())
+        carry_shardings = cohort_lib.client_shardings(carry, num_clients, mesh, int(runs))
+        data_shardings = data.replace(
+            arrays=cohort_lib.example_shardings(data.arrays, mesh),
+            offsets=cohort_lib.client_shardings(data.offsets, num_clients, mesh),
+            counts=cohort_lib.client_shardings(data.counts, num_clients, mesh))
+        carry = jax.device_put(carry, carry_shardings)
+        device_data = jax.device_put(data, data_shardings)
+        chunk_shardings = dict(in_shardings=(carry_shardings, data_shardings, replicated,
+                                             replicated, replicated),
+                               out_shardings=(carry_shardings, replicated))
+    else:
+        device_data = jax.device_put(data)
+    params = carry[0].params  # as placed: the evaluators are compiled for it
     train_arrays = device_data.arrays
     if train_eval_examples is not None and train_eval_examples < data.num_examples:
         rows = (np.arange(train_eval_examples) * data.num_examples) // train_eval_examples
@@ -229,24 +290,24 @@ def simulate(
     if isinstance(test_data, FederatedData) and task.metrics is not None:
         per_client = make_client_evaluator(task, test_data, eval_batch_size, runs)
 
-    def one_round(carry, r, keys, data):
+    def one_round(carry, r, keys, data, hyper):
         alg_state, avail_state, health = carry
         avail_key = _keys.availability_key(keys, r)
         avail_state, mask = availability.step(avail_state, r, avail_key)
         reports = reports_of(availability, mask, r, avail_key)
         round_input = RoundInput(r, mask, _keys.algorithm_key(keys, r), reports)
-        alg_state, metrics = algorithm.round(alg_state, round_input,
-                                             Problem(task, data, client_chunk))
+        alg = runs_lib.bind(algorithm, hyper)  # this run's hyperparameter values
+        alg_state, metrics = alg.round(alg_state, round_input, Problem(task, data, client_chunk))
         bad = ~_finite(alg_state)
         health = jnp.where((health == _HEALTHY) & bad, r, health)
         return (alg_state, avail_state, health), {"num_available": jnp.sum(mask), **metrics}
 
-    step = cohort_lib.map_runs(one_round, in_axes=(0, None, 0, None)) if runs else one_round
+    step = cohort_lib.map_runs(one_round, in_axes=(0, None, 0, None, 0)) if runs else one_round
 
-    def run_chunk(carry, data, round_ids, keys):
-        return jax.lax.scan(lambda c, r: step(c, r, keys, data), carry, round_ids)
+    def run_chunk(carry, data, round_ids, keys, hyper):
+        return jax.lax.scan(lambda c, r: step(c, r, keys, data, hyper), carry, round_ids)
 
-    jitted = jax.jit(run_chunk, donate_argnums=0)
+    jitted = jax.jit(run_chunk, donate_argnums=0, **chunk_shardings)
     compiled: dict[int, Any] = {}
     timing = {"compile": 0.0, "run": 0.0, "eval": 0.0}
     t0 = time.perf_counter()
@@ -286,7 +347,7 @@ def simulate(
         per_round = [restored.round_metrics] if done else []
         since = int(histories[0].rows[-1]["round"])
         pending = [{k: v[since:] for k, v in restored.round_metrics.items()}] if done else []
-        health = np.atleast_1d(np.asarray(carry[2]))
+        health = np.atleast_1d(_fetch(carry[2]))
         stopped = [int(h) if h != _HEALTHY else None for h in health]
 
     def run_metrics(chunks: list[dict[str, np.ndarray]], i: int) -> dict[str, np.ndarray]:
@@ -295,8 +356,8 @@ def simulate(
 
     def evaluate(done: int) -> list[dict[str, float]]:
         t0 = time.perf_counter()
-        values = {split: jax.device_get(ev(carry[0].params)) for split, ev in evaluators.items()}
-        clients = jax.device_get(per_client(carry[0].params)) if per_client else None
+        values = {split: _fetch(ev(carry[0].params)) for split, ev in evaluators.items()}
+        clients = _fetch(per_client(carry[0].params)) if per_client else None
         new_rows = []
         for i, history in enumerate(histories):
             row: dict[str, float] = {"round": done}
@@ -346,7 +407,7 @@ def simulate(
                                finish(results()), round_index)
 
     def name(i: int) -> str:
-        return f"seed {seeds[i]}: " if runs else ""
+        return f"run {i} (seed {seeds[i]}): " if runs else ""
 
     if restored is None:
         for i, row in enumerate(evaluate(0)):
@@ -363,22 +424,23 @@ def simulate(
             round_ids = jnp.arange(done, end, dtype=jnp.int32)
             if length not in compiled:
                 t0 = time.perf_counter()
-                compiled[length] = jitted.lower(carry, device_data, round_ids, keys).compile()
+                compiled[length] = jitted.lower(carry, device_data, round_ids, keys,
+                                                hyper).compile()
                 timing["compile"] += time.perf_counter() - t0
                 analysis = compiled[length].memory_analysis()
                 temp = int(getattr(analysis, "temp_size_in_bytes", 0) or 0)
                 measured["working_set"] = max(measured.get("working_set", 0), temp)
             t0 = time.perf_counter()
-            carry, metrics = compiled[length](carry, device_data, round_ids, keys)
+            carry, metrics = compiled[length](carry, device_data, round_ids, keys, hyper)
             jax.block_until_ready(carry)
             timing["run"] += time.perf_counter() - t0
             if "held" not in measured:
                 measured["held"] = sum(a.nbytes for a in jax.live_arrays()) - baseline_bytes
-            per_round.append(jax.device_get(metrics))
+            per_round.append(_fetch(metrics))
             pending.append(per_round[-1])
             done = end
             bar.update(length)
-            for i, h in enumerate(np.atleast_1d(np.asarray(carry[2]))):
+            for i, h in enumerate(np.atleast_1d(_fetch(carry[2]))):
                 if h != _HEALTHY and stopped[i] is None:
                     stopped[i] = int(h)
             if not runs and stopped[0] is not None:
@@ -413,7 +475,8 @@ def simulate(
     bar.close()
     out = results()
     if any(r is not None for r in stopped):
-        bad = [f"seed {seeds[i]} in round {r}" for i, r in enumerate(stopped) if r is not None]
+        bad = [f"run {i} (seed {seeds[i]}) in round {r}" for i, r in enumerate(stopped)
+               if r is not None]
         raise diverged("runs diverged (the global model or the training loss became NaN/Inf): "
                        + ", ".join(bad) + "; the other runs finished",
                        min(r for r in stopped if r is not None))

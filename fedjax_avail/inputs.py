@@ -73,8 +73,7 @@ def check_simulate_args(
         if not is_int(value) or not 0 <= value < 2**32:
             raise ValueError(f"seed must be an integer in [0, 2^32) (or a list of them), got "
                              f"{value!r}")
-    if len(set(int(v) for v in seeds)) != len(seeds):
-        raise ValueError(f"seed must not repeat a seed, got {list(seeds)}")
+
     check_optional_int("client_chunk", client_chunk)
     check_int("eval_batch_size", eval_batch_size)
     check_optional_int("checkpoint_every", checkpoint_every)
@@ -87,6 +86,22 @@ def check_simulate_args(
         task.validate(data.arrays, "data.arrays")
         if test is not None:
             task.validate(test, "test_data")
-    check_reports_forwarded(availability)
-    algorithm.validate(data.num_clients)
+    check_availability(availability)
+    check_algorithm(algorithm, data.num_clients)
     return test
+
+
+def check_algorithm(algorithm, num_clients: int) -> None:
+    """An algorithm's own checks against N (``validate``)."""
+    if not all(callable(getattr(algorithm, m, None)) for m in ("validate", "init", "round")):
+        raise TypeError(f"algorithm must have methods validate, init, round, got "
+                        f"{type(algorithm).__name__}")
+    algorithm.validate(num_clients)
+
+
+def check_availability(availability) -> None:
+    """An availability process's interface, and drop-outs not hidden in a wrapper."""
+    if not all(callable(getattr(availability, m, None)) for m in ("init", "step")):
+        raise TypeError(f"availability must have methods init, step, got "
+                        f"{type(availability).__name__}")
+    check_reports_forwarded(availability)

@@ -163,3 +163,33 @@ def test_bounded_staleness_lemma(seed):
     np.testing.assert_array_equal(result.round_metrics["max_staleness"], expected)
     bound = math.ceil(n / k) * e - 1
     assert max(expected) <= bound
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "int8"])
+def test_a_smaller_table_keeps_the_mean_of_its_stored_rows(digits, dtype):
+    train, _ = digits
+    fd = fa.data.one_label_per_client(train["x"], train["y"], 30, seed=0)
+    task = fa.tasks.logistic_regression(64, 10)
+    masks = np.random.default_rng(1).random((25, 30)) < 0.3
+    alg = fa.algorithms.FedLaAvg(clients_per_round=4, local_steps=3, batch_size=2,
+                                 client_lr=0.1, table_dtype=dtype)
+    for previous, state, _ in _rounds(alg, task, fd, masks):
+        assert state.latest.dtype == jnp.dtype(dtype)
+        stored = np.asarray(state.latest, np.float32)
+        if dtype == "int8":
+            stored = stored * np.asarray(state.latest_scale)[:, None]
+        # u^r is the mean of what the table holds (the rounded rows), not of the raw updates.
+        np.testing.assert_allclose(state.mean_update, stored.mean(axis=0), atol=2e-6)
+        x_prev, _ = ravel_pytree(previous.params)
+        x_new, _ = ravel_pytree(state.params)
+        np.testing.assert_allclose(x_new, x_prev + state.mean_update, atol=1e-6)
+    est = {d: fa.estimate_memory(task, fd, dataclasses_replace(alg, table_dtype=d))
+           for d in ("float32", dtype)}
+    ratio = est[dtype].terms["per_client_tables"] / est["float32"].terms["per_client_tables"]
+    assert ratio < (0.55 if dtype == "bfloat16" else 0.3)
+
+
+def dataclasses_replace(alg, **changes):
+    import dataclasses
+
+    return dataclasses.replace(alg, **changes)

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from fedjax_avail import clock as clock_lib
+from fedjax_avail import cohort as cohort_lib
 from fedjax_avail._checks import check_int, check_optional_int
 from fedjax_avail.algorithms._base import Metrics, RoundInput
 
@@ -37,12 +38,15 @@ class AsyncParts:
       history: H, the global models kept for stale jobs (memory H x P; a job staler than H - 1
         is dropped and counted); None keeps every client's start model (memory N x P, exact).
       offline: a job whose client goes offline is ``"lost"`` or finishes ``"late"``.
+      table_dtype: how the stored models are kept: ``"float32"``, ``"bfloat16"`` or ``"int8"``
+        with a scale per row (a stale job then starts from the rounded model).
     """
 
     durations: Any = dataclasses.field(default_factory=clock_lib.KofP)
     concurrency: int | None = None
     history: int | None = 256
     offline: str = "lost"
+    table_dtype: str = "float32"
 
     def _check_async(self, events: int) -> None:
         if not isinstance(self.durations, (clock_lib.KofP, clock_lib.Constant,
@@ -52,6 +56,7 @@ class AsyncParts:
         check_optional_int("concurrency", self.concurrency, low=events)
         check_optional_int("history", self.history)
         clock_lib.check_offline(self.offline)
+        cohort_lib.check_table_dtype(self.table_dtype)
 
     def _validate_async(self, events: int, num_clients: int) -> None:
         if events > num_clients:
@@ -66,7 +71,7 @@ class AsyncParts:
         return clock_lib.make_clock(self.durations, events, self.concurrency, self.offline)
 
     def _store(self):
-        return clock_lib.model_store(self.history)
+        return clock_lib.model_store(self.history, self.table_dtype)
 
     def _init_async(self, params, num_clients: int, events: int) -> tuple[Any, Any]:
         x0, _ = ravel_pytree(params)

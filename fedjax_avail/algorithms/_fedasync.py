@@ -14,7 +14,6 @@ import dataclasses
 import math
 from typing import Any, NamedTuple
 
-import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
@@ -28,7 +27,7 @@ from fedjax_avail.local import Problem, local_sgd
 class FedAsyncState(NamedTuple):
     params: Any  # global model pytree, P parameters
     clock: Any  # the event clock's state
-    store: jax.Array  # [H, P] model history, or [N, P] per-client start models
+    store: Any  # ([H, P] model history or [N, P] per-client start models, row scales)
 
 
 @dataclasses.dataclass(frozen=True)

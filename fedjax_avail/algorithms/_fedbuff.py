@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
-import jax
 import jax.numpy as jnp
 
 from fedjax_avail import clock as clock_lib
@@ -34,7 +33,7 @@ WEIGHTS = (None, "sqrt")
 class FedBuffState(NamedTuple):
     params: Any  # global model pytree, P parameters
     clock: Any  # the event clock's state (jobs in flight, virtual time)
-    store: jax.Array  # [H, P] model history, or [N, P] per-client start models
+    store: Any  # ([H, P] model history or [N, P] per-client start models, row scales)
 
 
 @dataclasses.dataclass(frozen=True)

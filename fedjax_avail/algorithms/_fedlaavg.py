@@ -24,10 +24,11 @@ from fedjax_avail.local import Problem, flat_size, local_sgd
 class FedLaAvgState(NamedTuple):
     params: Any  # global model pytree x, P parameters
     opt_state: Any  # server optimizer state (SGD with server_lr)
-    latest: jax.Array  # [N, P] float32, u_i^{R_i}: each client's latest update (0 if never)
+    latest: jax.Array  # [N, P] table_dtype, u_i^{R_i}: each client's latest update (0 if never)
     mean_update: jax.Array  # [P] float32, u^r = (1/N) sum_i latest[i]  (eq. 3 analogue)
     last_round: jax.Array  # [N] int32, R_i: round of last participation, -1 if never
     selection: Any = ()  # the selection strategy's state (LeastRecent: the same stamps)
+    latest_scale: Any = None  # [N] float32 row scales of an int8 table (None otherwise)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +57,10 @@ class FedLaAvg:
       server_lr: step along u^r, > 0 (1 in the paper).
       selection: who participates (default ``fa.selection.LeastRecent()``, L6); another
         strategy keeps the latest-update average of L9 with another cohort rule.
+      table_dtype: how the ``[N, P]`` table of latest updates is stored: ``"float32"``,
+        ``"bfloat16"`` (half the memory) or ``"int8"`` with a float32 scale per row (a quarter);
+        the running mean ``u^r`` stays float32 and equal to the mean of the stored rows
+        (:func:`fedjax_avail.cohort.scatter_keep_mean`).
 
     Example:
       >>> alg = FedLaAvg(clients_per_round=100, local_steps=10, batch_size=5, client_lr=0.01)
@@ -71,6 +76,7 @@ class FedLaAvg:
     client_lr: float = 0.01
     server_lr: float = 1.0
     selection: Any = dataclasses.field(default_factory=selection_lib.LeastRecent)
+    table_dtype: str = "float32"
 
     def __post_init__(self):
         check_local_training(
@@ -78,6 +84,7 @@ class FedLaAvg:
             self.server_lr,
         )
         selection_lib.check_selection(self.selection)
+        cohort_lib.check_table_dtype(self.table_dtype)
 
     def _optimizer(self):
         return server.server_optimizer("sgd", self.server_lr)
@@ -93,13 +100,15 @@ class FedLaAvg:
 
     def init(self, params: Any, num_clients: int) -> FedLaAvgState:
         size = flat_size(params)
+        latest, scale = cohort_lib.table_zeros(num_clients, size, self.table_dtype)
         return FedLaAvgState(
             params=params,
             opt_state=self._optimizer().init(params),
-            latest=jnp.zeros((num_clients, size), jnp.float32),
+            latest=latest,
             mean_update=jnp.zeros((size,), jnp.float32),
             last_round=jnp.full((num_clients,), -1, jnp.int32),
             selection=self.selection.init(params, num_clients),
+            latest_scale=None if self.table_dtype == "float32" else scale,
         )
 
     def round(
@@ -123,14 +132,21 @@ class FedLaAvg:
             batch_size=self.batch_size,
             lr=self.client_lr,
         )  # L8
-        latest, mean_update = cohort_lib.scatter_keep_mean(
-            state.latest, state.mean_update, cohort, updates, valid
-        )  # L9
+        scale = state.latest_scale
+        if scale is None:
+            latest, mean_update = cohort_lib.scatter_keep_mean(
+                state.latest, state.mean_update, cohort, updates, valid
+            )  # L9
+        else:
+            latest, mean_update, scale = cohort_lib.scatter_keep_mean(
+                state.latest, state.mean_update, cohort, updates, valid, scale
+            )  # L9, the mean of the stored rows
         params, opt_state = server.apply_delta(
             self._optimizer(), state.params, state.opt_state, mean_update
         )  # L10
         # r - R_i^r, never-seen clients having R_i = -1 (the paper's T_i^0 = 0, 1-based rounds).
         staleness = jnp.max(inputs.round - last_round)
         chosen = self.selection.update(chosen, context, cohort, valid)
-        new_state = FedLaAvgState(params, opt_state, latest, mean_update, last_round, chosen)
+        new_state = FedLaAvgState(params, opt_state, latest, mean_update, last_round, chosen,
+                                  scale)
         return new_state, {"num_selected": jnp.sum(valid), "max_staleness": staleness}

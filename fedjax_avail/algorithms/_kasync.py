@@ -38,7 +38,7 @@ WEIGHTINGS = ("uniform", "exponential", "inverse")
 class KAsyncState(NamedTuple):
     params: Any  # global model pytree, P parameters
     clock: Any  # the clock's state (jobs in flight, virtual time)
-    store: jax.Array  # [H, P] model history, or [N, P] per-client start models
+    store: Any  # ([H, P] model history or [N, P] per-client start models, row scales)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,11 +41,12 @@ STARTS = ("after_all_seen", "immediately", "authors_code")
 
 class MIFAState(NamedTuple):
     params: Any  # global model pytree x, P parameters
-    table: jax.Array  # [N, P] float32, G_i = latest update / its learning rate (0 if none)
+    table: jax.Array  # [N, P] table_dtype, G_i = latest update / its learning rate (0 if none)
     table_mean: jax.Array  # [P] float32, (1/N) sum_i G_i
     last_round: jax.Array  # [N] int32, round of the last reported update, -1 if never
     seen: jax.Array  # [N] bool: "authors_code": available once so far; else: has a row
     step: jax.Array  # [] int32, server steps taken so far (t of lr_t)
+    table_scale: Any = None  # [N] float32 row scales of an int8 table (None otherwise)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +79,7 @@ class MIFA:
       server_lr: > 0 (1 in MIFA).
       lr_decay: ``lr_t = lr_0 / (t + 1)`` as in the authors' code; False keeps lr_0.
       start: one of ``"after_all_seen"``, ``"immediately"``, ``"authors_code"``.
+      table_dtype: ``"float32"``, ``"bfloat16"`` or ``"int8"`` (as FedLaAvg's).
 
     References:
       Gu, Huang, Zhang, Su, Yang, Lin. "Fast Federated Learning in the Presence of Arbitrary Device
@@ -91,6 +93,7 @@ class MIFA:
     server_lr: float = 1.0
     lr_decay: bool = True
     start: str = "after_all_seen"
+    table_dtype: str = "float32"
 
     def __post_init__(self):
         check_local_training(
@@ -101,6 +104,10 @@ class MIFA:
             raise ValueError(f"start must be one of {STARTS}, got {self.start!r}")
         if not isinstance(self.lr_decay, bool):
             raise ValueError(f"lr_decay must be True or False, got {self.lr_decay!r}")
+        cohort_lib.check_table_dtype(self.table_dtype)
+        if self.start == "authors_code" and self.table_dtype != "float32":
+            raise ValueError("table_dtype must be 'float32' with start='authors_code' (its fill "
+                             "round writes the whole table)")
 
     def validate(self, num_clients: int) -> None:
         check_cohort_fits(self.clients_per_round, num_clients)
@@ -111,13 +118,15 @@ class MIFA:
 
     def init(self, params: Any, num_clients: int) -> MIFAState:
         size = flat_size(params)
+        table, scale = cohort_lib.table_zeros(num_clients, size, self.table_dtype)
         return MIFAState(
             params=params,
-            table=jnp.zeros((num_clients, size), jnp.float32),
+            table=table,
             table_mean=jnp.zeros((size,), jnp.float32),
             last_round=jnp.full((num_clients,), -1, jnp.int32),
             seen=jnp.zeros((num_clients,), bool),
             step=jnp.int32(0),
+            table_scale=None if self.table_dtype == "float32" else scale,
         )
 
     def _lr(self, step: jax.Array) -> jax.Array:
@@ -152,14 +161,21 @@ class MIFA:
         )
         valid = reported(inputs, cohort, valid)
         grads = self._train(problem, state, cohort, key, lr)
-        table, table_mean = cohort_lib.scatter_keep_mean(
-            state.table, state.table_mean, cohort, grads, valid
-        )
+        scale = state.table_scale
+        if scale is None:
+            table, table_mean = cohort_lib.scatter_keep_mean(
+                state.table, state.table_mean, cohort, grads, valid
+            )
+        else:
+            table, table_mean, scale = cohort_lib.scatter_keep_mean(
+                state.table, state.table_mean, cohort, grads, valid, scale
+            )
         last_round = cohort_lib.scatter(
             state.last_round, cohort, jnp.full(cohort.shape, inputs.round, jnp.int32), valid
         )
         rows = jnp.zeros_like(state.seen).at[cohort].set(valid)
-        state = state._replace(table=table, table_mean=table_mean, last_round=last_round)
+        state = state._replace(table=table, table_mean=table_mean, last_round=last_round,
+                               table_scale=scale)
         return state, jnp.sum(valid).astype(jnp.int32), rows
 
     def _authors_round(self, state, inputs, problem, key):

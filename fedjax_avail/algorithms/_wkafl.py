@@ -53,7 +53,7 @@ SIMILARITY_WEIGHTS = ("similarity", "similarity_x_staleness")
 class WKAFLState(NamedTuple):
     params: Any  # global model pytree, P parameters
     clock: Any  # the clock's state
-    store: jax.Array  # [H, P] model history, or [N, P] per-client start models
+    store: Any  # ([H, P] model history or [N, P] per-client start models, row scales)
     momentum: jax.Array  # [P] float32, m of eq. 4 (0 before the first iteration)
     stage: jax.Array  # [] int32, 1 or 2
 

@@ -71,6 +71,7 @@ class Markov:
     p_on: float | np.ndarray
     p_off: float | np.ndarray
     initial: str = "stationary"
+    run_parameters = ("p_on", "p_off")  # held in the state: runs of one program may differ in them
 
     def __post_init__(self):
         p_on = _probabilities(self.p_on, "p_on")

@@ -61,6 +61,7 @@ class Bernoulli:
     """
 
     p: float | np.ndarray
+    run_parameters = ("p",)  # held in the state: runs of one program may differ in them
 
     def __post_init__(self):
         p = np.asarray(self.p, np.float64)

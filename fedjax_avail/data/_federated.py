@@ -45,9 +45,10 @@ class FederatedData:
     def __post_init__(self):
         # JAX rebuilds the pytree from other leaves (tracers inside jit/vmap, abstract values
         # when lowering): only an object of concrete data is checked; it was built from one.
+        # A global array of a multi-process run is not readable here: its host data was checked.
         leaves = (self.offsets, self.counts, *jax.tree.leaves(self.arrays))
         if all(isinstance(leaf, _CONCRETE) and not isinstance(leaf, jax.core.Tracer)
-               for leaf in leaves):
+               and getattr(leaf, "is_fully_addressable", True) for leaf in leaves):
             _validate_layout(self.arrays, self.offsets, self.counts)
             if not self.max_count:
                 object.__setattr__(self, "max_count", int(np.max(np.asarray(self.counts))))

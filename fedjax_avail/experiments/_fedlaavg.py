@@ -27,15 +27,17 @@ def algorithms_from_config(config: dict[str, Any]) -> dict[str, algorithms.Algor
         batch_size=config["batch_size"],
     )
     local = dict(shared, local_steps=config["local_steps"], client_lr=config["lr"])
+    table = config.get("table_dtype", "float32")
     factories = {
         "fedsgd": lambda: algorithms.FedSGD(**dict(shared, client_lr=config["lr"])),
         "fedavg": lambda: algorithms.FedAvg(**local),
         "fedprox": lambda: algorithms.FedProx(**local, mu=config["mu"]),
-        "fedlaavg": lambda: algorithms.FedLaAvg(**local),
+        "fedlaavg": lambda: algorithms.FedLaAvg(**local, table_dtype=table),
         "fedlaavg_c1": lambda: algorithms.FedLaAvg(**dict(shared, local_steps=1,
-                                                         client_lr=config["lr"])),
+                                                         client_lr=config["lr"]),
+                                                   table_dtype=table),
         "fedadam": lambda: algorithms.FedAdam(**local),
-        "mifa": lambda: algorithms.MIFA(**local, lr_decay=False),
+        "mifa": lambda: algorithms.MIFA(**local, lr_decay=False, table_dtype=table),
         "sequential": lambda: algorithms.SequentialSGD(
             shared["clients_per_round"], config["local_steps"], config["batch_size"], config["lr"]
         ),

@@ -1,0 +1,51 @@
+"""A run for the sharding tests, in its own process (``XLA_FLAGS`` must be set before JAX starts).
+
+``python sharded_run.py DEVICES [PROCESS_ID NUM_PROCESSES PORT]`` prints one JSON line: the final
+model, the history's last training loss, and the table's sharding. With a process id it joins a
+``jax.distributed`` run on localhost (the CPU backend, Gloo collectives).
+"""
+
+import json
+import os
+import sys
+
+devices = int(sys.argv[1])
+os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+
+import jax  # noqa: E402
+
+if len(sys.argv) > 2:
+    process_id, processes, port = (int(a) for a in sys.argv[2:5])
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}",
+                               num_processes=processes, process_id=process_id)
+
+import numpy as np  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
+from jax.flatten_util import ravel_pytree  # noqa: E402
+from jax.sharding import Mesh  # noqa: E402
+
+import fedjax_avail as fa  # noqa: E402
+
+
+def main() -> None:
+    train, test = fa.data.load_digits()
+    fd = fa.data.one_label_per_client(train["x"], train["y"], 40, seed=0)
+    task = fa.tasks.logistic_regression(64, 10)
+    alg = fa.algorithms.FedLaAvg(clients_per_round=8, local_steps=3, batch_size=4, client_lr=0.1)
+    mesh = Mesh(np.array(jax.devices()), ("clients",)) if len(jax.devices()) > 1 else None
+    result = fa.simulate(task, fd, alg, fa.availability.Bernoulli(0.5), rounds=20,
+                         eval_every=10, test_data=test, mesh=mesh)
+    params = multihost_utils.process_allgather(ravel_pytree(result.params)[0], tiled=True)
+    table = result.state.latest
+    print(json.dumps({
+        "params": np.asarray(params).tolist(),
+        "train_loss": result.history["train_loss"][-1],
+        "spec": str(table.sharding.spec) if mesh is not None else None,
+        "local_shards": [list(s.data.shape) for s in table.addressable_shards],
+        "devices": len(jax.devices()),
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Runs of one configuration in one compiled program: hyperparameter values and availability
+parameters on the runs axis (issue 9), checked against separate runs."""
+
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+import fedjax_avail as fa
+
+
+def _flat(params):
+    return np.asarray(ravel_pytree(params)[0])
+
+
+@pytest.fixture(scope="module")
+def setting(digits):
+    train, _ = digits
+    return (fa.tasks.logistic_regression(64, 10),
+            fa.data.one_label_per_client(train["x"], train["y"], 20, seed=0))
+
+
+def test_learning_rates_and_availability_in_one_program_equal_separate_runs(setting):
+    task, fd = setting
+    algs = [fa.algorithms.FedProx(clients_per_round=5, client_lr=lr, mu=mu)
+            for lr, mu in ((0.01, 0.0), (0.05, 0.5), (0.2, 1.0))]
+    procs = [fa.availability.Bernoulli(p) for p in (0.3, 0.6, 0.9)]
+    batch = fa.simulate(task, fd, algs, procs, rounds=20, seed=[0, 0, 1], eval_every=10)
+    for alg, process, seed, result in zip(algs, procs, (0, 0, 1), batch, strict=True):
+        alone = fa.simulate(task, fd, alg, process, rounds=20, seed=seed, eval_every=10)
+        np.testing.assert_allclose(_flat(result.params), _flat(alone.params), atol=1e-6)
+        np.testing.assert_array_equal(result.round_metrics["num_available"],
+                                      alone.round_metrics["num_available"])
+    assert len({float(r.history["train_loss"][-1]) for r in batch}) == 3
+
+
+def test_a_single_value_is_shared_by_every_run(setting):
+    task, fd = setting
+    algs = [fa.algorithms.FedAvg(clients_per_round=5, client_lr=lr) for lr in (0.02, 0.1)]
+    batch = fa.simulate(task, fd, algs, fa.availability.AlwaysOn(), rounds=5, seed=3)
+    alone = fa.simulate(task, fd, algs[1], fa.availability.AlwaysOn(), rounds=5, seed=3)
+    np.testing.assert_allclose(_flat(batch[1].params), _flat(alone.params), atol=1e-6)
+
+
+@pytest.mark.parametrize("algorithms, processes, match", [
+    ([fa.algorithms.FedAvg(clients_per_round=5), fa.algorithms.FedAvg(clients_per_round=6)],
+     fa.availability.AlwaysOn(), "differ in clients_per_round"),
+    ([fa.algorithms.FedAvg(clients_per_round=5),
+      fa.algorithms.FedAvg(clients_per_round=5, weighting="data_size")],
+     fa.availability.AlwaysOn(), "differ in weighting"),
+    ([fa.algorithms.FedAvg(clients_per_round=5), fa.algorithms.FedLaAvg(clients_per_round=5)],
+     fa.availability.AlwaysOn(), "share one class"),
+    (fa.algorithms.FedAvg(clients_per_round=5),
+     [fa.availability.Periodic(np.arange(20) % 2, 3), fa.availability.Periodic(
+         np.arange(20) % 2, 4)], "differ in period"),
+    ([fa.algorithms.FedAvg(clients_per_round=5)] * 2, [fa.availability.AlwaysOn()] * 3,
+     "one length"),
+])
+def test_runs_that_one_program_cannot_hold_are_refused(setting, algorithms, processes, match):
+    task, fd = setting
+    with pytest.raises(ValueError, match=match):
+        fa.simulate(task, fd, algorithms, processes, rounds=2)
+
+
+def test_runs_resume_from_their_checkpoint(setting, tmp_path):
+    task, fd = setting
+    algs = [fa.algorithms.FedLaAvg(clients_per_round=4, client_lr=lr) for lr in (0.05, 0.1)]
+    kw = dict(availability=fa.availability.Bernoulli(0.5), seed=[7, 8], eval_every=10)
+    fa.simulate(task, fd, algs, rounds=20, checkpoint_dir=tmp_path, **kw)
+    resumed = fa.simulate(task, fd, algs, rounds=40, checkpoint_dir=tmp_path, **kw)
+    straight = fa.simulate(task, fd, algs, rounds=40, **kw)
+    for a, b in zip(resumed, straight, strict=True):
+        np.testing.assert_array_equal(_flat(a.params), _flat(b.params))
+        assert a.history.rows == b.history.rows

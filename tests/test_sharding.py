@@ -1,0 +1,55 @@
+"""The client axis sharded over a device mesh, and a two-process run (issue 9): results equal
+one device's, the tables really split. Each run is its own process: XLA_FLAGS must be set before
+JAX starts."""
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SCRIPT = Path(__file__).with_name("sharded_run.py")
+
+
+def _run(*args: str) -> dict:
+    done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def one_device():
+    return _run("1")
+
+
+@pytest.mark.parametrize("devices", [2, 4])
+def test_sharded_client_axis_equals_one_device(one_device, devices):
+    out = _run(str(devices))
+    assert out["devices"] == devices and out["spec"] in ("P('clients',)", "PartitionSpec('clients',)")
+    # The [40, 650] latest-update table is really split: 40 / devices rows on each device.
+    assert out["local_shards"] == [[40 // devices, 650]] * devices
+    np.testing.assert_allclose(out["params"], one_device["params"], atol=1e-6)
+    assert out["train_loss"] == pytest.approx(one_device["train_loss"], rel=1e-6)
+
+
+def test_two_processes_with_jax_distributed_equal_one_device(one_device):
+    with socket.socket() as s:  # a free port on localhost for the coordinator
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    workers = [subprocess.Popen([sys.executable, str(SCRIPT), "2", str(i), "2", port],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for i in range(2)]
+    outs = []
+    for worker in workers:
+        stdout, stderr = worker.communicate(timeout=300)
+        assert worker.returncode == 0, stderr[-2000:]
+        outs.append(json.loads(stdout.strip().splitlines()[-1]))
+    for out in outs:
+        assert out["devices"] == 4  # two processes x two local devices, one global mesh
+        assert out["local_shards"] == [[10, 650]] * 2  # each process holds its clients' rows
+        np.testing.assert_allclose(out["params"], one_device["params"], atol=1e-6)
+        assert out["train_loss"] == pytest.approx(one_device["train_loss"], rel=1e-6)
