@@ -35,12 +35,16 @@ def _data(n: int) -> fa.FederatedData:
     return fa.data.iid(x, rng.integers(0, 10, n * 10), n)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--quick", action="store_true", help="N up to 10^4, 1 repeat")
     parser.add_argument("--out", type=Path, default=OUT)
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     sizes = (1_000, 10_000) if args.quick else (1_000, 10_000, 100_000)
     repeats = 1 if args.quick else 3
     task = fa.tasks.logistic_regression(64, 10)

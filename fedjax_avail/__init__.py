@@ -11,8 +11,12 @@ from fedjax_avail import (
     cohort,
     data,
     fairness,
+    local,
+    runs,
     selection,
+    server,
     tasks,
+    testing,
 )
 from fedjax_avail.data import FederatedData
 from fedjax_avail.engine import DivergenceError, Interrupted, Result, simulate
@@ -38,7 +42,11 @@ __all__ = [
     "data",
     "estimate_memory",
     "fairness",
+    "local",
+    "runs",
     "selection",
+    "server",
     "simulate",
     "tasks",
+    "testing",
 ]

@@ -1,15 +1,36 @@
-"""``fedjax-avail``: run named experiments from the shell; a thin shell over the library."""
+"""fedjax-avail: run the named experiments that reproduce the papers, from the shell.
+
+A thin shell over fedjax_avail.experiments: every command here is a library call notebooks can
+make too. A user error (unknown experiment or setting, bad value, missing data) prints one line
+and exits with status 2; Ctrl-C during a run exits 130 after printing the resume command.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
+import textwrap
 from pathlib import Path
+from typing import Any
 
 from fedjax_avail import experiments
 from fedjax_avail.engine import Interrupted
 from fedjax_avail.experiments._settings import optional
+
+EPILOG = """examples:
+  fedjax-avail run                                   the default experiment (offline, ~10 s)
+  fedjax-avail run fedlaavg-mnist --set rounds=500   FedLaAvg Fig. 4 with 500 rounds
+  fedjax-avail run fedlaavg-mnist --help             that experiment's settings
+  fedjax-avail run subtrunc-mnist --config my.toml   settings from a TOML file
+  fedjax-avail describe wkafl-mnist-table2           what it reproduces, its settings
+  fedjax-avail compare runs/a runs/b --out both.png  overlay finished runs
+"""
+
+
+class UserError(Exception):
+    """A mistake in the command line: printed as one line, exit status 2."""
 
 
 def _defaults(experiment) -> dict:
@@ -17,86 +38,237 @@ def _defaults(experiment) -> dict:
         experiment.defaults)
 
 
-def _overrides(experiment, pairs: list[str]) -> dict:
+def _setting(experiment, key: str, value: Any, defaults: dict, source: str) -> Any:
+    if key not in defaults:
+        raise UserError(f"{experiment.name} has no setting {key!r} ({source}); settings: "
+                        f"{', '.join(sorted(defaults))}")
+    if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
+        if optional(defaults, key):
+            return None
+        if value is None:
+            raise UserError(f"{source} {key}: None is not allowed for this setting")
+    if isinstance(value, str):
+        try:
+            return experiments.parse_value(value, defaults[key])
+        except ValueError as error:
+            raise UserError(f"{source} {key}: {error}") from None
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _overrides(experiment, pairs: list[str], config: Path | None) -> dict:
+    """Settings from a TOML file, then ``--set key=value`` pairs (which win)."""
     defaults = _defaults(experiment)
     out = {}
+    if config is not None:
+        for key, value in _read_toml(config).items():
+            out[key] = _setting(experiment, key, value, defaults, f"{config.name}:")
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep:
-            raise ValueError(f"--set takes key=value, got {pair!r}")
-        key = key.strip()
-        if key not in defaults:
-            raise ValueError(
-                f"{experiment.name} has no setting {key!r}; settings: {sorted(defaults)}"
-            )
-        try:
-            if text.strip().lower() == "none" and optional(defaults, key):
-                out[key] = None
-                continue
-            out[key] = experiments.parse_value(text, defaults[key])
-        except ValueError as error:
-            raise ValueError(f"--set {key}: {error}") from None
+            raise UserError(f"--set takes key=value, got {pair!r}")
+        out[key.strip()] = _setting(experiment, key.strip(), text, defaults, "--set")
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fedjax-avail", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    run_parser = commands.add_parser("run", help="run an experiment (default: digits-diurnal)")
-    run_parser.add_argument("name", nargs="?", default=experiments.DEFAULT.name)
-    run_parser.add_argument("--set", dest="settings", action="append", default=[],
-                            metavar="KEY=VALUE", help="override a setting (repeatable)")
-    run_parser.add_argument("--out", type=Path, default=None,
-                            help="output directory (default: runs/NAME)")
-    run_parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    run_parser.add_argument("--resume", action="store_true",
-                            help="continue an interrupted run from the checkpoints in --out")
-    run_parser.add_argument("--checkpoint-every", type=int, default=None, metavar="ROUNDS",
-                            help="rounds between checkpoints (default: 10 evaluations)")
-    commands.add_parser("list", help="list the experiments and their settings")
-    args = parser.parse_args(argv)
+def _read_toml(path: Path) -> dict:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    if not path.is_file():
+        raise UserError(f"--config {path}: no such file")
+    try:
+        with open(path, "rb") as f:
+            table = tomllib.load(f)
+    except tomllib.TOMLDecodeError as error:
+        raise UserError(f"--config {path}: not valid TOML: {error}") from None
+    return table.get("settings", table)
 
-    if args.command == "list":
-        for experiment in experiments.REGISTRY.values():
-            print(f"{experiment.name}: {experiment.description}")
-            if experiment.measured:
-                print(f"    measured: {experiment.measured}")
-            print("    " + " ".join(f"{k}={v}" for k, v in _defaults(experiment).items()))
-            if isinstance(experiment, experiments.Sweep):
-                print("    settings: " + "; ".join(experiment.settings))
+
+def _toml(value: Any) -> str:
+    """A default written as a TOML value, so ``describe``'s output pastes into a --config file."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (tuple, list)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(value)
+
+
+def _describe(experiment) -> str:
+    """What the experiment is, its record and its settings: valid TOML (all prose is comments),
+    so ``fedjax-avail describe NAME > my.toml`` is a --config file to edit."""
+    lines = [f"# {experiment.name}: {experiment.description}"]
+    if isinstance(experiment, experiments.Sweep):
+        lines += textwrap.wrap(f"a sweep of {experiment.base.name} over: "
+                               + "; ".join(experiment.settings), 96,
+                               initial_indent="# ", subsequent_indent="#   ")
+    if experiment.measured:
+        lines += textwrap.wrap(f"measured: {experiment.measured}", 96, initial_indent="# ",
+                               subsequent_indent="#   ")
+    lines.append("# settings (--set key=value, or this file with --config):")
+    for key, value in _defaults(experiment).items():
+        lines.append(f"# {key} = (none; optional)" if value is None
+                     else f"{key} = {_toml(value)}")
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fedjax-avail", description=__doc__.split("\n\n")[0], epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = commands.add_parser(
+        "run", add_help=False, help="run an experiment (default: digits-diurnal)",
+        description="Run the experiment NAME (default digits-diurnal). 'fedjax-avail list' "
+                    "names them all; 'fedjax-avail run NAME --help' lists NAME's settings.")
+    run.add_argument("name", nargs="?", default=experiments.DEFAULT.name, metavar="NAME",
+                     help="the experiment (fedjax-avail list)")
+    run.add_argument("-h", "--help", action="store_true", help="show NAME's settings")
+    run.add_argument("--set", dest="settings", action="append", default=[],
+                     metavar="KEY=VALUE", help="change a setting (repeatable)")
+    run.add_argument("--config", type=Path, default=None, metavar="FILE.toml",
+                     help="settings from a TOML file (key = value lines; --set wins)")
+    run.add_argument("--out", type=Path, default=None, help="output directory (runs/NAME)")
+    run.add_argument("--no-progress", action="store_true", help="hide progress")
+    run.add_argument("--resume", action="store_true",
+                     help="continue an interrupted run from the checkpoints in --out")
+    run.add_argument("--checkpoint-every", type=int, default=None, metavar="ROUNDS",
+                     help="rounds between checkpoints (default: 10 evaluations)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="check the settings, load the data, estimate memory; train nothing")
+    run.add_argument("--devices", type=int, default=None, metavar="D",
+                     help="split each round's cohort over D devices; on a CPU, D virtual "
+                          "devices, one per core (2 cores: about 2x faster)")
+    run.add_argument("--tensorboard", action="store_true",
+                     help="also write TensorBoard logs to OUT/tensorboard (needs tensorboardX)")
+    run.set_defaults(usage=run.format_help)
+    commands.add_parser("list", help="list the experiments")
+    describe = commands.add_parser("describe", help="an experiment's settings and record")
+    describe.add_argument("name", metavar="NAME")
+    compare = commands.add_parser("compare", help="overlay the curves of finished runs")
+    compare.add_argument("dirs", nargs="+", type=Path, metavar="DIR",
+                         help="output directories holding metrics.csv")
+    compare.add_argument("--out", type=Path, default=Path("compare.png"), help="the figure")
+    compare.add_argument("--x", default="round", choices=("round", "virtual_time"),
+                         help="the x axis")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        if args.command == "list":
+            for experiment in experiments.REGISTRY.values():
+                print(f"{experiment.name:34s} {experiment.description}")
+            return 0
+        if args.command == "describe":
+            print(_describe(_get(args.name)))
+            return 0
+        if args.command == "compare":
+            from fedjax_avail.experiments import compare_runs
+
+            compare_runs(args.dirs, args.out, x=args.x)
+            print(f"wrote {args.out}")
+            return 0
+        return _run(args)
+    except (UserError, ValueError, OSError, MemoryError, ImportError) as error:
+        print(f"fedjax-avail: error: {error}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `fedjax-avail list | head`: stop quietly, as Python's docs advise
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
+
+def _get(name: str):
     try:
-        experiment = experiments.get(args.name)
-        overrides = _overrides(experiment, args.settings)
-        out_dir = args.out or Path("runs") / experiment.name
-        options = dict(progress=not args.no_progress, resume=args.resume,
-                       checkpoint_every=args.checkpoint_every)
+        return experiments.get(name)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+
+
+def _run(args) -> int:
+    experiment = _get(args.name)
+    if args.help:
+        print(args.usage())
+        print(_describe(experiment))
+        return 0
+    overrides = _overrides(experiment, args.settings, args.config)
+    if args.dry_run:
+        return _dry_run(experiment, overrides)
+    out_dir = args.out or Path("runs") / experiment.name
+    options = dict(progress=not args.no_progress, resume=args.resume,
+                   checkpoint_every=args.checkpoint_every, mesh=_mesh(args.devices))
+    try:
         if isinstance(experiment, experiments.Sweep):
             outcomes = experiments.run_sweep(experiment, overrides, out_dir, **options)
         else:
             outcomes = {"": experiments.run(experiment, overrides, out_dir, **options)}
-    except (ValueError, FileNotFoundError, MemoryError) as error:
-        print(f"fedjax-avail: error: {error}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt as interrupted:  # fa.Interrupted, or Ctrl-C between algorithms
-        if "out_dir" not in locals():  # before anything ran
-            return 130
         command = ["fedjax-avail", "run", experiment.name, *(
-            a for pair in args.settings for a in ("--set", pair)), "--out", str(out_dir),
+            a for pair in args.settings for a in ("--set", pair)),
+            *(["--config", str(args.config)] if args.config else []), "--out", str(out_dir),
             "--resume"]
         what = interrupted if isinstance(interrupted, Interrupted) else "interrupted"
-        print(f"\nfedjax-avail: {what}; finished results are in {out_dir}/. Resume "
-              f"with:\n  {shlex.join(command)}", file=sys.stderr)
+        print(f"\nfedjax-avail: {what}; finished results are in {out_dir}/. Resume with:\n"
+              f"  {shlex.join(command)}", file=sys.stderr)
         return 130
     for label, outcome in outcomes.items():
         if label:
             print(f"\n== {label}")
         print(experiments.format_summary(outcome.summary))
+        if args.tensorboard:
+            from fedjax_avail.experiments import write_tensorboard
+
+            write_tensorboard(outcome, outcome.out_dir / "tensorboard")
     written = next(iter(outcomes.values())).out_dir if len(outcomes) == 1 else out_dir
     print(f"wrote results to {written}/")
     ok = all(row["status"] == "ok" for o in outcomes.values() for row in o.summary)
     return 0 if ok else 1
+
+
+def _mesh(devices: int | None):
+    """A ``"cohort"`` mesh over ``devices`` devices (None: one device, no mesh)."""
+    if devices is None:
+        return None
+    if devices < 1:
+        raise UserError(f"--devices must be an integer >= 1, got {devices}")
+    import jax
+
+    from fedjax_avail.cohort import cohort_mesh
+
+    try:  # only possible before JAX has started a backend; it affects the CPU backend alone
+        jax.config.update("jax_num_cpu_devices", devices)
+    except RuntimeError:
+        pass
+    return cohort_mesh(devices)
+
+
+def _dry_run(experiment, overrides: dict) -> int:
+    """Prints what a run would do after every check it makes before compute."""
+    from fedjax_avail.memory import format_bytes
+
+    if isinstance(experiment, experiments.Sweep):
+        panels = experiments.sweep_settings(experiment, overrides)
+        plans = {label: experiments.plan(experiment.base, panel)
+                 for label, panel in panels.items()}
+    else:
+        plans = {"": experiments.plan(experiment, overrides)}
+    for label, rows in plans.items():
+        if label:
+            print(f"== {label}")
+        for row in rows:
+            seeds = row["seeds"]
+            print(f"{row['algorithm']:24s} {row['rounds']:>7d} rounds, "
+                  f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}, "
+                  f"estimated device memory {format_bytes(row['estimated_bytes'])}")
+    print(f"dry run: {experiment.name} with {overrides or 'its defaults'} passes every check")
+    return 0
 
 
 if __name__ == "__main__":

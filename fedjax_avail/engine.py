@@ -14,6 +14,7 @@ diverged, naming the round.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -25,12 +26,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
 from fedjax_avail import _keys, inputs, memory
 from fedjax_avail import cohort as cohort_lib
 from fedjax_avail import runs as runs_lib
 from fedjax_avail._interrupt import StopOnInterrupt
+from fedjax_avail._progress import Progress
 from fedjax_avail.algorithms import Algorithm, RoundInput
 from fedjax_avail.availability import AvailabilityProcess, reports_of
 from fedjax_avail.checkpoint import RunCheckpointer, fingerprint
@@ -124,6 +125,12 @@ def _concat(chunks: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return {k: np.concatenate([c[k] for c in chunks]) for k in names}
 
 
+def _mesh_context(mesh: Any):
+    """Tracing under ``mesh``, so that :func:`fedjax_avail.cohort.map_cohort` splits the cohort
+    over its ``"cohort"`` axis (no mesh: nothing changes)."""
+    return jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()
+
+
 def _boundaries(done: int, rounds: int, every: tuple[int, ...]) -> list[int]:
     """Round counts at which chunks end: multiples of each of ``every``, and ``rounds``."""
     ends = {rounds}
@@ -172,7 +179,8 @@ def simulate(
       test_data: optional held-out examples (a dict of ``[M, ...]`` arrays or FederatedData).
       client_chunk: train the cohort in sequential chunks of this many clients (memory bound).
       eval_batch_size: examples per evaluation block.
-      progress: show a tqdm bar over rounds (rounds/s, current training loss).
+      progress: show progress: rounds/s and ETA from the round time (compile excluded), the
+        training loss; a bar on a terminal, a line every 30 s otherwise.
       desc: the progress bar's label.
       checkpoint_dir: save the run there (orbax) every ``checkpoint_every`` rounds and at the
         end; if it already holds a checkpoint of this same run, continue from the newest one
@@ -180,10 +188,14 @@ def simulate(
       checkpoint_every: rounds between checkpoints (default ``eval_every``).
       check_memory: refuse a run whose predicted device memory
         (:func:`fedjax_avail.estimate_memory`) exceeds what is free.
-      mesh: a ``jax.sharding.Mesh`` with a ``"clients"`` axis: every client array (data rows,
-        per-client tables, stamps, availability state) is split over it, the model and server
-        arrays replicated (:func:`fedjax_avail.cohort.client_shardings`); N must be a multiple
-        of the axis size. Results equal a single device's up to float reordering (README).
+      mesh: a ``jax.sharding.Mesh`` with a ``"clients"`` axis, a ``"cohort"`` axis, or both.
+        ``"clients"``: every client array (data rows, per-client tables, stamps, availability
+        state) is split over it, the model and server arrays replicated
+        (:func:`fedjax_avail.cohort.client_shardings`); N must be a multiple of its size.
+        ``"cohort"``: each round's local training is split over it, K / D members a device
+        (:func:`fedjax_avail.cohort.map_cohort`), the rest replicated; on a CPU,
+        ``jax.config.update("jax_num_cpu_devices", cores)`` before JAX starts makes each core a
+        device. Results equal a single device's up to float reordering (README).
       train_eval_examples: evaluate the training metrics on this many evenly spaced training
         examples (rows ``round(i M / n)``, every client's share in proportion) instead of all M;
         for big models whose full evaluation would cost more than the rounds. None: all.
@@ -330,7 +342,9 @@ def simulate(
             return prepare(state, Problem(task, data, client_chunk))
 
         prepare_fn = cohort_lib.map_runs(prepare_state, (0, None)) if runs else prepare_state
-        prepared = jax.jit(prepare_fn)(carry[0], device_data)
+        placed = {} if mesh is None else dict(out_shardings=carry_shardings[0])
+        with _mesh_context(mesh):
+            prepared = jax.jit(prepare_fn, **placed)(carry[0], device_data)
         carry = (jax.block_until_ready(prepared), *carry[1:])
         timing["prepare"] = time.perf_counter() - t0
     if restored is not None:
@@ -415,8 +429,8 @@ def simulate(
                 raise diverged(f"{name(i)}the training loss of the initial model (round 0) is "
                                f"{row['train_loss']}: the task's init or loss gives NaN/Inf "
                                "before any training (check the model and the data)", 0)
-    bar = tqdm(total=rounds, initial=done, disable=not progress, desc=desc, unit="round",
-               mininterval=1.0)
+    bar = Progress(rounds, done, desc, progress)
+    started_at = done
     every = (eval_every,) + ((checkpoint_every or eval_every,) if checkpointer else ())
     with StopOnInterrupt() as interrupt:
         for end in _boundaries(done, rounds, every):
@@ -424,8 +438,9 @@ def simulate(
             round_ids = jnp.arange(done, end, dtype=jnp.int32)
             if length not in compiled:
                 t0 = time.perf_counter()
-                compiled[length] = jitted.lower(carry, device_data, round_ids, keys,
-                                                hyper).compile()
+                with _mesh_context(mesh):
+                    compiled[length] = jitted.lower(carry, device_data, round_ids, keys,
+                                                    hyper).compile()
                 timing["compile"] += time.perf_counter() - t0
                 analysis = compiled[length].memory_analysis()
                 temp = int(getattr(analysis, "temp_size_in_bytes", 0) or 0)
@@ -439,7 +454,6 @@ def simulate(
             per_round.append(_fetch(metrics))
             pending.append(per_round[-1])
             done = end
-            bar.update(length)
             for i, h in enumerate(np.atleast_1d(_fetch(carry[2]))):
                 if h != _HEALTHY and stopped[i] is None:
                     stopped[i] = int(h)
@@ -449,9 +463,10 @@ def simulate(
                 raise diverged(
                     f"the global model became NaN/Inf in round {stopped[0]} (the run diverged; "
                     "try a smaller client_lr or server_lr, and check the data)", stopped[0])
-            if end % eval_every == 0 or end == rounds:
-                new_rows = evaluate(done)
-                bar.set_postfix(train_loss=f"{new_rows[0]['train_loss']:.4f}")
+            new_rows = evaluate(done) if end % eval_every == 0 or end == rounds else None
+            bar.update(length, timing["run"], done - started_at,
+                       new_rows[0]["train_loss"] if new_rows else None)
+            if new_rows:
                 for i, row in enumerate(new_rows):
                     if stopped[i] is None and not math.isfinite(row["train_loss"]):
                         if not runs:

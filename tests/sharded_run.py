@@ -1,8 +1,10 @@
 """A run for the sharding tests, in its own process (``XLA_FLAGS`` must be set before JAX starts).
 
-``python sharded_run.py DEVICES [PROCESS_ID NUM_PROCESSES PORT]`` prints one JSON line: the final
-model, the history's last training loss, and the table's sharding. With a process id it joins a
-``jax.distributed`` run on localhost (the CPU backend, Gloo collectives).
+``python sharded_run.py DEVICES AXES ALGORITHM [PROCESS_ID NUM_PROCESSES PORT]`` prints one
+JSON line: the final model, the history's last training loss, and the table's sharding. AXES is
+the mesh's axis names joined by commas (``clients``, ``cohort``; with DEVICES = 1 no mesh is
+used); ALGORITHM is one of ``ALGORITHMS``. With a process id it joins a ``jax.distributed`` run
+on localhost (the CPU backend, Gloo collectives).
 """
 
 import json
@@ -14,8 +16,9 @@ os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
 
 import jax  # noqa: E402
 
-if len(sys.argv) > 2:
-    process_id, processes, port = (int(a) for a in sys.argv[2:5])
+axes, algorithm_name = tuple(sys.argv[2].split(",")), sys.argv[3]
+if len(sys.argv) > 4:
+    process_id, processes, port = (int(a) for a in sys.argv[4:7])
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}",
                                num_processes=processes, process_id=process_id)
@@ -27,22 +30,36 @@ from jax.sharding import Mesh  # noqa: E402
 
 import fedjax_avail as fa  # noqa: E402
 
+LOCAL = dict(local_steps=3, batch_size=4, client_lr=0.1)
+ALGORITHMS = {
+    "fedlaavg": lambda: fa.algorithms.FedLaAvg(clients_per_round=8, **LOCAL),
+    "fedavg": lambda: fa.algorithms.FedAvg(clients_per_round=7, **LOCAL),  # 7: padded cohort
+    "divfl": lambda: fa.algorithms.FedAvg(clients_per_round=8, selection=fa.selection.DivFL(),
+                                          **LOCAL),
+    "fedbuff": lambda: fa.algorithms.FedBuff(buffer_size=4, concurrency=10, **LOCAL),
+    "wkafl": lambda: fa.algorithms.WKAFL(clients_per_round=8, batch_size=4, client_lr=0.1,
+                                         switch_round=10),
+}
+
 
 def main() -> None:
     train, test = fa.data.load_digits()
     fd = fa.data.one_label_per_client(train["x"], train["y"], 40, seed=0)
     task = fa.tasks.logistic_regression(64, 10)
-    alg = fa.algorithms.FedLaAvg(clients_per_round=8, local_steps=3, batch_size=4, client_lr=0.1)
-    mesh = Mesh(np.array(jax.devices()), ("clients",)) if len(jax.devices()) > 1 else None
+    alg = ALGORITHMS[algorithm_name]()
+    count = len(jax.devices())
+    shape = (count,) if len(axes) == 1 else (2, count // 2)
+    mesh = Mesh(np.array(jax.devices()).reshape(shape), axes) if len(jax.devices()) > 1 else None
     result = fa.simulate(task, fd, alg, fa.availability.Bernoulli(0.5), rounds=20,
                          eval_every=10, test_data=test, mesh=mesh)
     params = multihost_utils.process_allgather(ravel_pytree(result.params)[0], tiled=True)
-    table = result.state.latest
+    table = getattr(result.state, "latest", None)  # FedLaAvg's [N, P] table
     print(json.dumps({
         "params": np.asarray(params).tolist(),
         "train_loss": result.history["train_loss"][-1],
-        "spec": str(table.sharding.spec) if mesh is not None else None,
-        "local_shards": [list(s.data.shape) for s in table.addressable_shards],
+        "spec": str(table.sharding.spec) if mesh is not None and table is not None else None,
+        "local_shards": [list(s.data.shape) for s in table.addressable_shards]
+        if table is not None else None,
         "devices": len(jax.devices()),
     }))
 

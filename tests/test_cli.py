@@ -5,6 +5,11 @@ import subprocess
 import sys
 
 import pytest
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
 from conftest import MNIST_DIR
 
 from fedjax_avail import cli, experiments
@@ -77,3 +82,169 @@ def test_sweeps_write_every_panel_and_a_grid(tmp_path, mnist):
     code = cli.main(["run", "fedlaavg-mnist-fig5-beta", "--set", "rounds=1", "--set",
                      f"data_dir={MNIST_DIR}", "--out", str(tmp_path / "beta"), "--no-progress"])
     assert code == 0 and (tmp_path / "beta" / "grid.png").exists()
+
+
+def test_describe_and_run_help_print_settings_as_toml_without_running(capsys, tmp_path):
+    assert cli.main(["describe", "fedlaavg-mnist"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("# fedlaavg-mnist: ") and "\n# measured:" in text
+    assert "\nlr = 0.01\n" in text and '\nsource = "idx"\n' in text
+    assert "\n# data_dir = (none; optional)" in text
+    assert cli.main(["run", "fedlaavg-mnist", "--help", "--out", str(tmp_path)]) == 0
+    usage, settings = capsys.readouterr().out.split("\n# fedlaavg-mnist: ")
+    assert "--set KEY=VALUE" in usage and "--config FILE.toml" in usage and "`" not in usage
+    assert "# fedlaavg-mnist: " + settings == text
+    assert not any(tmp_path.iterdir())  # --help ran nothing
+
+
+@pytest.mark.parametrize("name", ["subtrunc-mnist", "fedlaavg-mnist-fig4"])
+def test_describe_output_is_a_valid_config_file(capsys, tmp_path, name):
+
+    cli.main(["describe", name])
+    table = tomllib.loads(capsys.readouterr().out)
+    experiment = experiments.get(name)
+    defaults = cli._defaults(experiment)
+    assert set(table) == {k for k, v in defaults.items() if v is not None}
+    for key, value in table.items():
+        assert (tuple(value) if isinstance(value, list) else value) == defaults[key], key
+    config = tmp_path / "my.toml"
+    config.write_text(cli._describe(experiment))
+    assert cli._overrides(experiment, [], config) == {k: v for k, v in defaults.items()
+                                                       if v is not None}
+
+
+def test_config_file_settings_and_set_precedence(tmp_path, capsys):
+    config = tmp_path / "small.toml"
+    config.write_text('rounds = 20\neval_every = 10\nalgorithms = ["fedavg"]\nbeta = "none"\n'
+                      "lr = 0.1\n")
+    out = tmp_path / "out"
+    code = cli.main(["run", "--config", str(config), "--set", "eval_every=5", "--out", str(out),
+                     "--no-progress"])
+    assert code == 0, capsys.readouterr().err
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["rounds"] == 20 and saved["eval_every"] == 5 and saved["lr"] == 0.1
+    assert saved["algorithms"] == ["fedavg"] and saved["beta"] is None
+    rows = (out / "metrics.csv").read_text().splitlines()
+    assert len(rows) == 1 + 5  # one algorithm, rounds 0, 5, 10, 15, 20
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("nope = 1\n", "small.toml: has no setting 'nope'"),
+    ("rounds = \n", "not valid TOML"),
+    ("rounds = 2.5\n", "rounds"),
+    ('algorithms = ["fedavg", "frobnicate"]\n', "frobnicate"),
+])
+def test_bad_config_files_are_one_line_errors(tmp_path, capsys, text, expected):
+    config = tmp_path / "small.toml"
+    config.write_text(text)
+    assert cli.main(["run", "--config", str(config), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedjax-avail: error: ") and err.count("\n") == 1
+    assert expected in err.replace("digits-diurnal has no setting", "small.toml: has no setting")
+    assert not (tmp_path / "o" / "metrics.csv").exists()
+
+
+def test_missing_config_file_and_unknown_experiment(tmp_path, capsys):
+    assert cli.main(["run", "--config", str(tmp_path / "absent.toml")]) == 2
+    assert "absent.toml: no such file" in capsys.readouterr().err
+    assert cli.main(["describe", "frobnicate"]) == 2
+    err = capsys.readouterr().err
+    assert "frobnicate" in err and err.count("\n") == 1
+
+
+def test_compare_overlays_finished_runs_and_tensorboard_logs(tmp_path, capsys):
+    pytest.importorskip("tensorboardX")
+    for lr in ("0.05", "0.1"):
+        assert cli.main(["run", "--set", "rounds=10", "--set", "eval_every=5", "--set",
+                         "algorithms=fedavg", "--set", f"lr={lr}", "--out", str(tmp_path / lr),
+                         "--no-progress", "--tensorboard"]) == 0
+    events = list((tmp_path / "0.05" / "tensorboard" / "fedavg").glob("events.out.tfevents.*"))
+    assert len(events) == 1 and events[0].stat().st_size > 0
+    histories = experiments.read_histories(tmp_path / "0.1")
+    assert list(histories) == ["fedavg"] and list(histories["fedavg"]["round"]) == [
+        0, 5, 10]
+    figure = tmp_path / "both.png"
+    assert cli.main(["compare", str(tmp_path / "0.05"), str(tmp_path / "0.1"), "--out",
+                     str(figure)]) == 0
+    assert figure.read_bytes()[:4] == b"\x89PNG"
+    assert cli.main(["compare", str(tmp_path), "--out", str(figure)]) == 2
+    assert "holds no metrics.csv" in capsys.readouterr().err
+
+
+def test_python_dash_m_and_no_command(capsys):
+    done = subprocess.run([sys.executable, "-m", "fedjax_avail", "describe", "digits-diurnal"],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout.startswith("# digits-diurnal: ")
+    assert cli.main([]) == 0
+    assert "examples:" in capsys.readouterr().out
+
+
+def test_progress_lines_when_not_a_terminal(capsys):
+    from fedjax_avail._progress import Progress
+
+    progress = Progress(total=100, initial=20, desc="fedavg", enabled=True, interval=0.0)
+    progress.update(40, run_seconds=2.0, ran=40, train_loss=0.5)
+    progress.close()
+    line = capsys.readouterr().err
+    # 40 rounds in 2 s of round time: 20 rounds/s, 40 rounds left: 2 s.
+    assert line == "fedavg: 60/100 rounds, rounds/s 20.0, ETA 0:02, train_loss 0.5000\n"
+
+
+def test_missing_tfds_data_is_one_line_not_a_traceback(tmp_path, capsys, monkeypatch):
+    tfds = pytest.importorskip("tensorflow_datasets")
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Failed to resolve 'cs.stanford.edu'\nlong traceback text")
+
+    monkeypatch.setattr(tfds, "data_source", offline)
+    code = cli.main(["run", "fedlaavg-sentiment140", "--dry-run", "--set",
+                     f"data_dir={tmp_path}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "'sentiment140' (train) could not be downloaded: ConnectionError: Failed to " in err
+    assert "csv_path" in err
+    code = cli.main(["run", "fedlaavg-sentiment140", "--dry-run", "--set", "download=false",
+                     "--set", f"data_dir={tmp_path}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "is not prepared in" in err
+
+
+def test_dry_run_checks_everything_and_trains_nothing(tmp_path, capsys, mnist):
+    del mnist
+    code = cli.main(["run", "fedlaavg-mnist-fig5-n", "--dry-run", "--set", "rounds=7", "--set",
+                     f"data_dir={MNIST_DIR}", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0 and not any(tmp_path.iterdir())
+    assert out.count("fedlaavg ") == 3 and "7 rounds, 1 seed" in out  # one line per panel
+    assert "passes every check" in out
+    # A setting that only fails when the experiment is built (a bad algorithm name) fails here.
+    code = cli.main(["run", "fedlaavg-mnist", "--dry-run", "--set", "algorithms=fedavg,nope",
+                     "--set", f"data_dir={MNIST_DIR}"])
+    assert code == 2 and "nope" in capsys.readouterr().err
+
+
+def test_devices_splits_the_cohort_and_changes_no_number(tmp_path):
+    """--devices 2 runs the round's cohort on two (CPU) devices; the summary equals one
+    device's to float32 rounding. In a fresh process: JAX picks its CPU devices at start."""
+    summaries = {}
+    for devices in ("1", "2"):
+        out = tmp_path / devices
+        done = subprocess.run(
+            [sys.executable, "-m", "fedjax_avail", "run", "--set", "rounds=20",
+             "--set", "eval_every=10", "--set", "algorithms=fedavg,fedlaavg", "--devices",
+             devices, "--no-progress", "--out", str(out)],
+            capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        summaries[devices] = json.loads((out / "summary.json").read_text())
+    for one, two in zip(summaries["1"], summaries["2"], strict=True):
+        assert two["final_train_loss"] == pytest.approx(one["final_train_loss"], rel=1e-5)
+    assert cli.main(["run", "--devices", "0"]) == 2
+
+
+def test_more_devices_than_jax_has_is_one_line(capsys, tmp_path):
+    import jax
+
+    jax.devices()  # a started backend keeps its device count
+    assert cli.main(["run", "--devices", "64", "--no-progress", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "devices=64" in err and "jax_num_cpu_devices" in err and "Traceback" not in err

@@ -31,8 +31,10 @@ def test_table_term_is_n_times_p_times_4_bytes():
                           offsets=np.arange(6, dtype=np.int32), counts=np.ones(6, np.int32))
     task = fa.tasks.logistic_regression(784, 10)
     est = fa.estimate_memory(task, fd, fa.algorithms.FedLaAvg(clients_per_round=2))
-    # latest [N, P] float32 + last_round [N] int32
-    assert est.terms["per_client_tables"] == 6 * 7850 * 4 + 6 * 4
+    # latest [N, P] float32 + last_round [N] int32 + LeastRecent's stamps [N] int32
+    assert est.tables == {".latest [6, 7850] float32": 6 * 7850 * 4,
+                          ".last_round [6] int32": 6 * 4, ".selection [6] int32": 6 * 4}
+    assert est.terms["per_client_tables"] == 6 * 7850 * 4 + 2 * 6 * 4
     assert est.terms["data"] == 6 * 784 + 6 * 4 + 8 * 6
 
 

@@ -211,7 +211,8 @@ def test_a_seed_that_diverges_does_not_stop_the_others():
     # lr = 5 diverges for every seed: each run is reported, named, and all results kept.
     fd = point_clients([[0.0], [1.0]])
     alg = fa.algorithms.FedSGD(clients_per_round=1, batch_size=1, client_lr=5.0)
-    with pytest.raises(fa.DivergenceError, match="seed 3 in round") as info:
+    named = r"run 0 \(seed 3\) in round \d+, run 1 \(seed 4\) in round"
+    with pytest.raises(fa.DivergenceError, match=named) as info:
         fa.simulate(quadratic_task(), fd, alg, fa.availability.AlwaysOn(), rounds=200,
                     seed=[3, 4], eval_every=100)
     assert len(info.value.result) == 2

@@ -1,6 +1,6 @@
-"""The client axis sharded over a device mesh, and a two-process run (issue 9): results equal
-one device's, the tables really split. Each run is its own process: XLA_FLAGS must be set before
-JAX starts."""
+"""The client axis sharded over a device mesh, each round's cohort split over a "cohort" axis,
+and a two-process run (issue 9): results equal one device's, the tables really split. Each run
+is its own process: XLA_FLAGS must be set before JAX starts."""
 
 import json
 import socket
@@ -23,13 +23,14 @@ def _run(*args: str) -> dict:
 
 @pytest.fixture(scope="module")
 def one_device():
-    return _run("1")
+    return _run("1", "clients", "fedlaavg")
 
 
 @pytest.mark.parametrize("devices", [2, 4])
 def test_sharded_client_axis_equals_one_device(one_device, devices):
-    out = _run(str(devices))
-    assert out["devices"] == devices and out["spec"] in ("P('clients',)", "PartitionSpec('clients',)")
+    out = _run(str(devices), "clients", "fedlaavg")
+    assert out["devices"] == devices
+    assert out["spec"] in ("P('clients',)", "PartitionSpec('clients',)")
     # The [40, 650] latest-update table is really split: 40 / devices rows on each device.
     assert out["local_shards"] == [[40 // devices, 650]] * devices
     np.testing.assert_allclose(out["params"], one_device["params"], atol=1e-6)
@@ -40,7 +41,8 @@ def test_two_processes_with_jax_distributed_equal_one_device(one_device):
     with socket.socket() as s:  # a free port on localhost for the coordinator
         s.bind(("127.0.0.1", 0))
         port = str(s.getsockname()[1])
-    workers = [subprocess.Popen([sys.executable, str(SCRIPT), "2", str(i), "2", port],
+    workers = [subprocess.Popen([sys.executable, str(SCRIPT), "2", "clients", "fedlaavg", str(i),
+                                 "2", port],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for i in range(2)]
     outs = []
@@ -53,3 +55,23 @@ def test_two_processes_with_jax_distributed_equal_one_device(one_device):
         assert out["local_shards"] == [[10, 650]] * 2  # each process holds its clients' rows
         np.testing.assert_allclose(out["params"], one_device["params"], atol=1e-6)
         assert out["train_loss"] == pytest.approx(one_device["train_loss"], rel=1e-6)
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedlaavg", "divfl", "fedbuff", "wkafl"])
+def test_cohort_split_over_devices_equals_one_device(algorithm):
+    """Each device trains K / D cohort members (FedAvg's K = 7 is padded to 8); every member's
+    computation is unchanged and only the order of the cohort sum's terms may differ, so the
+    runs agree with one device's to float32 rounding (FedLaAvg's table update is exact)."""
+    alone = _run("1", "cohort", algorithm)
+    split = _run("2", "cohort", algorithm)
+    assert split["devices"] == 2
+    if algorithm == "fedlaavg":
+        np.testing.assert_array_equal(split["params"], alone["params"])
+    np.testing.assert_allclose(split["params"], alone["params"], rtol=1e-4, atol=1e-6)
+    assert split["train_loss"] == pytest.approx(alone["train_loss"], rel=1e-5)
+
+
+def test_clients_and_cohort_axes_together(one_device):
+    out = _run("4", "clients,cohort", "fedlaavg")
+    assert out["local_shards"] == [[20, 650]] * 4  # split in two over "clients"
+    np.testing.assert_allclose(out["params"], one_device["params"], atol=1e-6)

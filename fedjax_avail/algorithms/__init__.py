@@ -1,7 +1,7 @@
 """Federated algorithms: frozen dataclasses of hyperparameters with pure ``init``/``round``."""
 
 from fedjax_avail.algorithms._async import AsyncParts, Contributions
-from fedjax_avail.algorithms._base import Algorithm, RoundInput
+from fedjax_avail.algorithms._base import Algorithm, RoundInput, reported
 from fedjax_avail.algorithms._fedasync import FedAsync, FedAsyncState
 from fedjax_avail.algorithms._fedavg import FedAdam, FedAvg, FedAvgState, FedProx, FedSGD
 from fedjax_avail.algorithms._fedbuff import FedBuff, FedBuffState
@@ -38,4 +38,5 @@ __all__ = [
     "SequentialSGD",
     "SequentialSGDState",
     "WKAFLState",
+    "reported",
 ]

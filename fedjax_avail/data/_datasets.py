@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fedjax_avail.data._tfds import data_source
+
 MNIST_ENV = "FEDJAX_AVAIL_MNIST_DIR"
 _MNIST_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -86,14 +88,10 @@ def load_mnist_tfds(data_dir: str | None = None, download: bool = True) -> tuple
     Uses ``tfds.data_source``, which needs no TensorFlow to read. Pass ``download=False`` where
     there is no network (tests do, under ``tfds.testing.mock_data``).
     """
-    try:
-        import tensorflow_datasets as tfds
-    except ImportError as e:
-        raise ImportError("load_mnist_tfds needs tensorflow-datasets: pip install "
-                          "'fedjax_avail[tfds]'") from e
     out = []
     for split in ("train", "test"):
-        source = tfds.data_source("mnist", split=split, data_dir=data_dir, download=download)
+        source = data_source("mnist", split, data_dir, download,
+                             "Or pass the IDX files' directory to load_mnist().")
         rows = [source[i] for i in range(len(source))]
         x = np.stack([np.asarray(r["image"], np.uint8).reshape(28, 28) for r in rows])
         y = np.asarray([r["label"] for r in rows], np.int32)

@@ -33,6 +33,7 @@ import numpy as np
 from fedjax_avail.data._federated import FederatedData
 from fedjax_avail.data._hours import skew_by_hour
 from fedjax_avail.data._text import build_vocab, encode, tokenize
+from fedjax_avail.data._tfds import data_source
 
 SENTIMENT140_CSV = "training.1600000.processed.noemoticon.csv"
 _HOW = (
@@ -113,12 +114,7 @@ def read_sentiment140_csv(path: str | os.PathLike) -> Raw:
 
 
 def _read_tfds(data_dir: str | None, download: bool) -> Raw:
-    try:
-        import tensorflow_datasets as tfds
-    except ImportError as e:
-        raise ImportError("load_sentiment140 without csv_path needs tensorflow-datasets: pip "
-                          f"install 'fedjax_avail[tfds]'. {_HOW}") from e
-    source = tfds.data_source("sentiment140", split="train", data_dir=data_dir, download=download)
+    source = data_source("sentiment140", "train", data_dir, download, _HOW)
     cols: dict[str, list] = {"polarity": [], "date": [], "user": [], "text": []}
     for i in range(len(source)):  # one record at a time: columns only, no 1.6M dicts kept
         r = source[i]

@@ -11,17 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedjax_avail.data._tfds import data_source
+
 Split = dict[str, np.ndarray]
 EMNIST_VARIANTS = ("mnist", "byclass", "balanced", "letters", "digits", "bymerge")
-
-
-def _tfds():
-    try:
-        import tensorflow_datasets as tfds
-    except ImportError as e:
-        raise ImportError("TFDS loaders need tensorflow-datasets: pip install "
-                          "'fedjax_avail[tfds]'") from e
-    return tfds
 
 
 def load_tfds_images(
@@ -45,11 +38,10 @@ def load_tfds_images(
     Returns:
       ``(train, test)``: ``x`` uint8 ``[M, H, W, C]``, other fields as int32 ``[M]``.
     """
-    tfds = _tfds()
     fields = fields or {"x": "image", "y": "label"}
     out = []
     for split in splits:
-        source = tfds.data_source(name, split=split, data_dir=data_dir, download=download)
+        source = data_source(name, split, data_dir, download)
         rows = [source[i] for i in range(len(source))]
         arrays = {}
         for key, feature in fields.items():

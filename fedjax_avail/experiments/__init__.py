@@ -6,12 +6,14 @@ from fedjax_avail.experiments._availability_sweep import (
     AVAILABILITY_MNIST,
     AVAILABILITY_SWEEP_MNIST,
 )
+from fedjax_avail.experiments._compare import compare_runs, read_histories, write_tensorboard
 from fedjax_avail.experiments._experiment import (
     Experiment,
     RunOutcome,
     Setup,
     format_summary,
     parse_value,
+    plan,
     run,
 )
 from fedjax_avail.experiments._fedlaavg import (
@@ -33,7 +35,7 @@ from fedjax_avail.experiments._subtrunc import (
     SUBTRUNC_MNIST_PHI,
     SUBTRUNC_MNIST_WINDOW,
 )
-from fedjax_avail.experiments._sweep import Sweep, run_sweep
+from fedjax_avail.experiments._sweep import Sweep, run_sweep, sweep_settings
 from fedjax_avail.experiments._wkafl import (
     WKAFL_MNIST,
     WKAFL_MNIST_ABLATION,
@@ -86,10 +88,15 @@ __all__ = [
     "Setup",
     "Sweep",
     "dominant_period",
+    "compare_runs",
     "format_summary",
     "get",
     "oscillation_amplitude",
     "parse_value",
+    "plan",
+    "read_histories",
     "run",
     "run_sweep",
+    "sweep_settings",
+    "write_tensorboard",
 ]

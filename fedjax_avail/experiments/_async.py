@@ -60,4 +60,9 @@ ASYNC_MNIST = Experiment(
         source="idx", data_dir=None,
     ),
     build=_build_async,
+    measured=(
+        "`fedjax-avail run async-mnist` (2026-11-22, 2-core CPU): final test acc / virtual time "
+        "/ mean staleness: fedavg 0.907 / 2937 / 0, fedbuff 0.909 / 122 / 7.3, fedasync (10,000 "
+        "updates) 0.888 / 207 / 31.4."
+    ),
 )

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from fedjax_avail import inputs, memory
 from fedjax_avail._checks import check_optional_int
 from fedjax_avail._io import atomic_write_text, check_writable_dir
 from fedjax_avail._provenance import provenance
@@ -134,6 +135,7 @@ def run(
     *,
     resume: bool = False,
     checkpoint_every: int | None = None,
+    mesh: Any = None,
 ) -> RunOutcome:
     """Runs every algorithm of an experiment and writes its results.
 
@@ -148,6 +150,8 @@ def run(
       resume: continue from the checkpoints in ``out_dir`` (algorithms that finished are not
         run again); without it, old checkpoints there are removed first.
       checkpoint_every: rounds between checkpoints (default: every 10 evaluations).
+      mesh: a device mesh for ``simulate`` (e.g. a ``"cohort"`` axis: each round's cohort split
+        over the devices; :func:`cohort_mesh`).
 
     Raises:
       ValueError: a bad setting, or an ``out_dir`` that cannot be written (before compute).
@@ -187,7 +191,7 @@ def run(
                 eval_every=config["eval_every"],
                 test_data=setup.test, progress=progress, desc=name,
                 checkpoint_dir=checkpoints, checkpoint_every=every,
-                train_eval_examples=config.get("train_eval_examples"),
+                train_eval_examples=config.get("train_eval_examples"), mesh=mesh,
             )
             status, stopped = "ok", None
         except DivergenceError as error:
@@ -200,6 +204,36 @@ def run(
         last = len(per_seed) + 1 == len(setup.algorithms)
         record(name, status, _as_list(result), start, stopped, plot=last)
     return RunOutcome(histories, summary, out_dir)
+
+
+def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None) -> list[dict]:
+    """Everything :func:`run` checks before compute, and no compute: ``--dry-run``.
+
+    Builds the experiment (loads its data, constructs every algorithm), runs ``simulate``'s
+    argument checks for each algorithm and its memory estimate against this device.
+
+    Returns:
+      one row per algorithm: ``algorithm``, ``rounds``, ``seeds``, ``estimated_bytes``.
+
+    Raises:
+      ValueError, FileNotFoundError, MemoryError: what :func:`run` would raise before compute.
+    """
+    config = experiment.config(overrides)
+    setup = experiment.build(config)
+    seeds = list(config["seeds"]) if config.get("seeds") else [config["seed"]]
+    rows = []
+    for name, algorithm in setup.algorithms.items():
+        rounds = setup.rounds_of(name, config)
+        test = inputs.check_simulate_args(
+            setup.task, setup.train, algorithm, setup.availability, rounds, seeds,
+            config["eval_every"], setup.test, None, 4096, None,
+            config.get("train_eval_examples"))
+        estimate = memory.estimate_memory(setup.task, setup.train, algorithm, setup.availability,
+                                          test_data=test, runs=len(seeds))
+        memory.check_fits(estimate, memory.available_bytes())
+        rows.append({"algorithm": name, "rounds": rounds, "seeds": seeds,
+                     "estimated_bytes": estimate.total})
+    return rows
 
 
 def _as_list(result) -> list:

@@ -20,7 +20,8 @@ def algorithms_from_config(config: dict[str, Any]) -> dict[str, algorithms.Algor
 
     K is ``round(beta * num_clients)`` when the setting ``beta`` is given, else
     ``clients_per_round``. Every algorithm runs with the constant learning rate ``lr`` (MIFA's
-    decay is switched off).
+    decay is switched off). ``table_dtype`` (default float32) is how FedLaAvg and MIFA store
+    their ``[N, P]`` table of latest updates.
     """
     shared = dict(
         clients_per_round=clients_per_round(config),
@@ -103,7 +104,7 @@ FEDLAAVG_MNIST = Experiment(
         num_clients=1000, clients_per_round=100, beta=None, local_steps=10, batch_size=5,
         lr=0.01, E=100, D=1, mu=1.0, rounds=2000, eval_every=20, seed=0,
         algorithms=("fedsgd", "fedavg", "fedprox", "fedlaavg", "sequential"),
-        source="idx", data_dir=None,
+        source="idx", data_dir=None, table_dtype="float32",
     ),
     build=_build_mnist,
     measured=(

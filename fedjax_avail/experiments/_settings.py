@@ -65,6 +65,8 @@ RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
               lambda v: isinstance(v, tuple) and all(is_int(x) and 0 <= x < 2**32 for x in v)
               and len(set(v)) == len(v)),
     "train_eval_examples": _int(1),
+    "table_dtype": ("one of 'float32', 'bfloat16', 'int8'",
+                    lambda v: v in ("float32", "bfloat16", "int8")),
 }
 
 

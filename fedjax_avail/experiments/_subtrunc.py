@@ -66,6 +66,13 @@ SUBTRUNC_MNIST = Experiment(
         algorithms=METHODS, source="idx", data_dir=None,
     ),
     build=_build,
+    measured=(
+        "`fedjax-avail run subtrunc-mnist --set model=lr --set lr=0.1` (2026-11-22, 2-core CPU, "
+        "~2.7 min): test acc / client dissimilarity [%], mean +- std over 5 seeds: random 89.86 "
+        "+- 0.77 / 4.56 +- 1.28, poc 86.88 +- 1.27 / 6.30 +- 1.08, divfl 90.71 +- 0.06 / 3.59 +- "
+        "0.16, subtrunc 90.77 +- 0.11 / 3.58 +- 0.07, unionfl 90.72 +- 0.07 / 3.57 +- 0.11. "
+        "The LeNet default was not run here."
+    ),
 )
 
 SUBTRUNC_MNIST_LAMBDA = Sweep(

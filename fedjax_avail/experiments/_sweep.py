@@ -52,21 +52,14 @@ class Sweep:
         return {**self.base.defaults, **self.defaults}
 
 
-def run_sweep(
-    sweep: Sweep,
-    overrides: Mapping[str, Any] | None = None,
-    out_dir: str | Path | None = None,
-    progress: bool = True,
-    *,
-    resume: bool = False,
-    checkpoint_every: int | None = None,
-) -> dict[str, RunOutcome]:
-    """Runs every panel; writes ``<label>/`` per panel, plus a combined ``summary.json`` and
-    ``grid.png`` (training loss and test accuracy of every panel).
+def sweep_settings(sweep: Sweep, overrides: Mapping[str, Any] | None = None
+                   ) -> dict[str, dict[str, Any]]:
+    """Each panel's overrides of ``sweep.base``: the sweep's defaults, the user's ``overrides``,
+    the panel's own settings; every panel's configuration checked.
 
     Raises:
       ValueError: an override of a setting that the panels set themselves (e.g. ``E`` in the
-        Fig. 4 sweep), a bad setting, or an ``out_dir`` that cannot be written, before compute.
+        Fig. 4 sweep), or a bad setting.
     """
     overrides = dict(overrides or {})
     for label, setting in sweep.settings.items():
@@ -75,16 +68,39 @@ def run_sweep(
             if clash:
                 raise ValueError(f"setting {key} cannot be changed in {sweep.name}: its panels "
                                  f"set {clash[0]} themselves (panel {label!r}: {dict(setting)})")
-    shared = {**sweep.defaults, **overrides}
-    for setting in sweep.settings.values():
-        sweep.base.config({**shared, **setting})  # every panel's settings checked up front
+    panels = {label: {**sweep.defaults, **overrides, **setting}
+              for label, setting in sweep.settings.items()}
+    for panel in panels.values():
+        sweep.base.config(panel)
+    return panels
+
+
+def run_sweep(
+    sweep: Sweep,
+    overrides: Mapping[str, Any] | None = None,
+    out_dir: str | Path | None = None,
+    progress: bool = True,
+    *,
+    resume: bool = False,
+    checkpoint_every: int | None = None,
+    mesh: Any = None,
+) -> dict[str, RunOutcome]:
+    """Runs every panel; writes ``<label>/`` per panel, plus a combined ``summary.json`` and
+    ``grid.png`` (training loss and test accuracy of every panel).
+
+    Raises:
+      ValueError: an override of a setting that the panels set themselves (e.g. ``E`` in the
+        Fig. 4 sweep), a bad setting, or an ``out_dir`` that cannot be written, before compute.
+    """
+    panels = sweep_settings(sweep, overrides)
+    shared = {**sweep.defaults, **dict(overrides or {})}
     if out_dir is not None:
         out_dir = check_writable_dir(out_dir, "out_dir")
     outcomes = {}
-    for label, setting in sweep.settings.items():
+    for label, panel in panels.items():
         panel_dir = None if out_dir is None else Path(out_dir) / _slug(label)
-        outcomes[label] = run(sweep.base, {**shared, **setting}, panel_dir, progress,
-                              resume=resume, checkpoint_every=checkpoint_every)
+        outcomes[label] = run(sweep.base, panel, panel_dir, progress,
+                              resume=resume, checkpoint_every=checkpoint_every, mesh=mesh)
     if out_dir is not None:
         summary = [{"setting": label, **row} for label, o in outcomes.items() for row in o.summary]
         atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")

@@ -1,0 +1,466 @@
+"""Benchmark: FedAvg seconds per round in this project, a per-client jit loop, FedJAX and Flower.
+
+Setting (FedLaAvg's MNIST setting, Yan et al., arXiv 2002.07399, Sec. 6.1): N = 1000 clients
+holding one digit each (``fa.data.one_label_per_client(train["x"], train["y"], 1000, seed=0)`` on
+the real MNIST training set), a 784 -> 10 logistic regression (zero init, pixels scaled to
+[0, 1]), every client always available, FedAvg with K = 100 clients a round drawn uniformly, each
+taking C = 10 local SGD steps on batches of B = 5 at lr 0.01, the server adding the mean delta
+(server lr 1). All four systems train on the same clients: the partition is exported once to an
+``.npz`` (``benchmarks/peers/export_partition.py``) that the two peers read.
+
+Measured, one after the other in this one run (nothing else of the benchmark runs meanwhile):
+
+* **ours**: ``fa.simulate(task, fd, fa.algorithms.FedAvg(100, 10, 5, 0.01),
+  fa.availability.AlwaysOn(), rounds=R, eval_every=R)``, ``--repeats`` times; ``s_per_round`` is
+  the best (smallest) of the engine's own ``timing["s_per_round"]`` (rounds only: compilation
+  and evaluation excluded).
+* **ours_cores**: the same, each round's cohort split over ``--devices`` CPU devices (default:
+  one per core; ``fa.cohort.cohort_mesh``, what ``fedjax-avail run --devices D`` does), in a
+  child process (JAX fixes its CPU device count when it starts).
+* **loop**: the same FedAvg written the way FedJAX's jit backend and the papers' PyTorch code run
+  it: a Python loop over the K clients (``rng.choice`` in numpy), for each a Python loop of C
+  calls to one ``jax.jit``-compiled single-client SGD step on 5 rows sampled with numpy, and
+  the mean delta added in numpy. ``--loop-rounds`` rounds timed after one warm-up round.
+* **fedjax**: ``benchmarks/peers/fedjax_fedavg.py`` in the FedJAX 0.0.17 venv (stock
+  ``fed_avg.federated_averaging``, ``UniformGetClientSampler``, the default jit backend):
+  ``--fedjax-rounds`` rounds after one warm-up round, each timed to ``block_until_ready``.
+* **flower**: ``benchmarks/peers/flower_fedavg.py`` in the Flower venv (``run_simulation`` with
+  1000 virtual clients on the Ray backend, the stock FedAvg strategy sampling 10 %, each client
+  a numpy logistic regression): ``--flower-rounds`` rounds after one warm-up round, timed on the
+  server between the ends of consecutive rounds (Ray start-up and the warm-up round excluded).
+
+A peer whose interpreter is missing (``benchmarks/peers/setup.sh`` not run) or whose script
+fails is recorded as ``"status": "not run"`` / ``"failed"`` with the reason; the rest still runs.
+
+The JSON result (``benchmarks/results/peer_comparison.json``) holds every s/round, the ratios
+``fedjax / ours``, ``flower / ours``, ``loop / ours`` (how many times faster ours is per round;
+each also over ``ours_cores``),
+package versions of each system, machine info, and the targets (reported, not asserted): ours at
+least 30x faster than FedJAX and 300x faster than Flower per round, judged on the faster of
+ours and ours_cores (``targets.judged_on``). As a check that every system
+trains, each reports its training loss after its last round; ours is also evaluated after the
+same numbers of rounds (a separate short run evaluating every round; the random streams differ,
+so the values agree only roughly).
+
+Usage::
+
+    python benchmarks/peer_comparison.py [--rounds 200] [--repeats 2] [--loop-rounds 5]
+        [--fedjax-rounds 20] [--flower-rounds 5] [--fedjax-python PY] [--flower-python PY]
+        [--flower-cpus-per-client 1] [--partition PATH.npz] [--data-dir DIR]
+        [--out benchmarks/results/peer_comparison.json] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from _common import machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+from jax.flatten_util import ravel_pytree
+from peers.export_partition import DEFAULT_OUT as DEFAULT_PARTITION
+from peers.export_partition import partition_arrays, summary, write_npz
+
+import fedjax_avail as fa
+from fedjax_avail.evaluation import make_evaluator
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PEERS_DIR = REPO_ROOT / "benchmarks" / "peers"
+DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "peer_comparison.json"
+DEFAULT_FEDJAX_PYTHON = Path("/work/venvs/fedjax/bin/python")
+DEFAULT_FLOWER_PYTHON = Path("/work/venvs/flower/bin/python")
+
+# FedLaAvg's MNIST setting, run with FedAvg and every client always available.
+NUM_CLIENTS = 1000
+CLIENTS_PER_ROUND = 100  # K
+LOCAL_STEPS = 10  # C
+BATCH_SIZE = 5  # B
+CLIENT_LR = 0.01
+SERVER_LR = 1.0
+SEED = 0
+
+TARGET_SPEEDUP_VS_FEDJAX = 30.0
+TARGET_SPEEDUP_VS_FLOWER = 300.0
+PEERS = ("fedjax", "flower")
+
+
+def default_data_dir() -> Path:
+    """``$FEDJAX_AVAIL_MNIST_DIR``, else ``shared/data/mnist`` next to the repository."""
+    env = os.environ.get(fa.data.MNIST_ENV)
+    return Path(env) if env else REPO_ROOT.parent / "shared" / "data" / "mnist"
+
+
+def fedavg() -> fa.algorithms.FedAvg:
+    """The FedAvg of the setting (uniform selection, plain mean of the deltas)."""
+    return fa.algorithms.FedAvg(
+        clients_per_round=CLIENTS_PER_ROUND, local_steps=LOCAL_STEPS, batch_size=BATCH_SIZE,
+        client_lr=CLIENT_LR, server_lr=SERVER_LR,
+    )
+
+
+def run_ours(task: fa.Task, fd: fa.FederatedData, rounds: int, repeats: int,
+             devices: int | None = None) -> dict[str, Any]:
+    """Times ``fa.simulate`` ``repeats`` times; ``s_per_round`` is the best engine round time.
+    With ``devices``, the cohort is split over that many devices (``cohort_mesh``)."""
+    mesh = None if devices is None else fa.cohort.cohort_mesh(devices)
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        result = fa.simulate(task, fd, fedavg(), fa.availability.AlwaysOn(), rounds=rounds,
+                             seed=SEED, eval_every=rounds, mesh=mesh)
+        total = time.perf_counter() - t0
+        last = result.history.rows[-1]
+        runs.append({
+            "total_s": total,
+            "compile_s": result.timing["compile"],
+            "run_s": result.timing["run"],
+            "eval_s": result.timing["eval"],
+            "s_per_round": result.timing["s_per_round"],
+            "final_round": int(last["round"]),
+            "final_train_loss": float(last["train_loss"]),
+        })
+    best = min(runs, key=lambda r: r["s_per_round"])
+    return {
+        "system": "ours" if devices is None else f"ours, cohort over {devices} devices",
+        "devices": 1 if devices is None else devices,
+        "rounds": rounds,
+        "repeats": repeats,
+        "s_per_round": best["s_per_round"],
+        "s_per_round_all": [r["s_per_round"] for r in runs],
+        "runs": runs,
+        "train_loss_after": best["final_train_loss"],
+        "rounds_run": rounds,
+    }
+
+
+def ours_loss_at(task: fa.Task, fd: fa.FederatedData, rounds: list[int]) -> dict[str, float]:
+    """Ours' training loss after each of ``rounds`` (one run evaluating every round)."""
+    last = max(rounds)
+    result = fa.simulate(task, fd, fedavg(), fa.availability.AlwaysOn(), rounds=last, seed=SEED,
+                         eval_every=1)
+    column = result.history["round"]
+    losses = result.history["train_loss"]
+    return {str(r): float(losses[int(np.flatnonzero(column == r)[0])]) for r in sorted(rounds)}
+
+
+class ReferenceFedAvg:
+    """FedAvg run client by client, as FedJAX's jit backend / PyTorch FL code do.
+
+    Host-side (numpy): uniform selection of K distinct clients, batch sampling (B rows with
+    replacement), the mean of the deltas and the server step. Device-side: one
+    ``jax.jit``-compiled SGD step of one client on one batch, called C times per client.
+    """
+
+    def __init__(self, task: fa.Task, fd: fa.FederatedData, seed: int = SEED):
+        self.x_rows = np.asarray(fd.arrays["x"])
+        self.y_rows = np.asarray(fd.arrays["y"])
+        self.offsets = np.asarray(fd.offsets)
+        self.counts = np.asarray(fd.counts)
+        self.num_clients = fd.num_clients
+        self.rng = np.random.default_rng(seed)
+
+        self.params = task.init(jax.random.PRNGKey(seed))
+        flat, self.unravel = ravel_pytree(self.params)
+        self.flat = np.asarray(flat, np.float32)  # global model x, [P]
+
+        def sgd_step(params: Any, x_batch: jax.Array, y_batch: jax.Array) -> Any:
+            grads = jax.grad(task.loss)(params, {"x": x_batch, "y": y_batch})
+            return jax.tree.map(lambda p, g: p - CLIENT_LR * g, params, grads)
+
+        self.sgd_step: Callable[..., Any] = jax.jit(sgd_step)
+
+    def local_update(self, i: int) -> np.ndarray:
+        """C SGD steps of client i from the global model; returns ``u_i = x_i^C - x``."""
+        params = self.params
+        lo, n = int(self.offsets[i]), int(self.counts[i])
+        for _ in range(LOCAL_STEPS):
+            rows = lo + self.rng.integers(0, n, size=BATCH_SIZE)
+            params = self.sgd_step(params, self.x_rows[rows], self.y_rows[rows])
+        flat, _ = ravel_pytree(params)
+        return np.asarray(flat) - self.flat
+
+    def round(self) -> None:
+        cohort = self.rng.choice(self.num_clients, CLIENTS_PER_ROUND, replace=False)
+        total = np.zeros_like(self.flat)
+        for i in cohort:
+            total += self.local_update(int(i))
+        self.flat = self.flat + SERVER_LR * total / CLIENTS_PER_ROUND
+        self.params = jax.block_until_ready(self.unravel(jnp.asarray(self.flat)))
+
+
+def run_loop(task: fa.Task, fd: fa.FederatedData, rounds: int) -> dict[str, Any]:
+    """Times ``rounds`` per-client loop rounds after one warm-up round."""
+    reference = ReferenceFedAvg(task, fd)
+    t0 = time.perf_counter()
+    reference.round()  # warm-up: compiles the SGD step
+    warmup = time.perf_counter() - t0
+    per_round = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        reference.round()
+        per_round.append(time.perf_counter() - t0)
+    loss = float(make_evaluator(task, fd.pooled())(reference.params)["loss"])
+    return {
+        "system": "loop",
+        "rounds_timed": rounds,
+        "rounds_run": rounds + 1,
+        "warmup_round_s": warmup,
+        "timed_s": float(np.sum(per_round)),
+        "s_per_round": float(np.mean(per_round)),
+        "s_per_round_median": float(np.median(per_round)),
+        "s_per_round_min": float(np.min(per_round)),
+        "s_per_round_max": float(np.max(per_round)),
+        "train_loss_after": loss,
+    }
+
+
+def run_ours_on_cores(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
+    """``run_ours`` with the cohort over ``args.devices`` CPU devices, in a child process."""
+    command = [sys.executable, __file__, "--ours-only", "--devices", str(args.devices),
+               "--rounds", str(args.rounds), "--repeats", str(args.repeats),
+               "--data-dir", str(data_dir)]
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT)
+    figures = last_json_line(proc.stdout)
+    if proc.returncode != 0 or figures is None:
+        return {"system": "ours_cores", "status": "failed", "command": command,
+                "reason": f"exit code {proc.returncode}", "stderr_tail": proc.stderr[-3000:]}
+    return {**figures, "status": "ok", "command": command}
+
+
+def last_json_line(text: str) -> dict[str, Any] | None:
+    """The last line of ``text`` that parses as a JSON object, else None."""
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict):
+                return value
+    return None
+
+
+def run_peer(name: str, python: Path, partition: Path, rounds: int, timeout: float,
+             extra: list[str] | None = None) -> dict[str, Any]:
+    """Runs ``benchmarks/peers/{name}_fedavg.py`` (with ``extra`` arguments) with ``python``;
+    returns its JSON figures, or ``{"status": "not run" | "failed", "reason": ...}``."""
+    script = PEERS_DIR / f"{name}_fedavg.py"
+    if not Path(python).exists():
+        return {"system": name, "status": "not run",
+                "reason": f"{python} does not exist (run benchmarks/peers/setup.sh)"}
+    command = [str(python), str(script), "--partition", str(partition), "--rounds", str(rounds),
+               *(extra or [])]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env,
+                              cwd=REPO_ROOT)
+    except subprocess.TimeoutExpired:
+        return {"system": name, "status": "failed", "command": command,
+                "reason": f"timed out after {timeout:.0f} s"}
+    wall = time.perf_counter() - t0
+    figures = last_json_line(proc.stdout)
+    if proc.returncode != 0 or figures is None:
+        tail = (proc.stderr or proc.stdout)[-3000:]
+        return {"system": name, "status": "failed", "command": command,
+                "reason": f"exit code {proc.returncode}, no JSON result" if figures is None
+                else f"exit code {proc.returncode}",
+                "stderr_tail": tail}
+    return {**figures, "status": "ok", "command": command, "process_wall_s": wall}
+
+
+def versions() -> dict[str, str]:
+    """The versions of this project's stack in this venv."""
+    out = {"fedjax_avail": fa.__version__, "python": sys.version.split()[0]}
+    for package in ("jax", "jaxlib", "flax", "optax", "numpy"):
+        try:
+            out[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            out[package] = "not installed"
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=200, help="rounds of each of ours' runs")
+    parser.add_argument("--repeats", type=int, default=2, help="ours' runs (best is kept)")
+    parser.add_argument("--loop-rounds", type=int, default=5, help="per-client loop rounds timed")
+    parser.add_argument("--fedjax-rounds", type=int, default=20, help="FedJAX rounds timed")
+    parser.add_argument("--flower-rounds", type=int, default=5, help="Flower rounds timed")
+    parser.add_argument("--fedjax-python", type=Path, default=DEFAULT_FEDJAX_PYTHON,
+                        help="python of the FedJAX venv")
+    parser.add_argument("--flower-python", type=Path, default=DEFAULT_FLOWER_PYTHON,
+                        help="python of the Flower venv")
+    parser.add_argument("--flower-cpus-per-client", type=float, default=1.0,
+                        help="Ray CPUs per Flower ClientApp actor (1: two actors on 2 cores)")
+    parser.add_argument("--peer-timeout", type=float, default=1800.0,
+                        help="seconds each peer script may take")
+    parser.add_argument("--partition", type=Path, default=DEFAULT_PARTITION,
+                        help="where to export the partition (.npz) for the peers")
+    parser.add_argument("--data-dir", type=Path, default=None,
+                        help=f"MNIST IDX files (default ${fa.data.MNIST_ENV} or "
+                             "../shared/data/mnist)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON result path")
+    parser.add_argument("--devices", type=int, default=os.cpu_count() or 1,
+                        help="CPU devices the cohort is split over for ours_cores (default: "
+                             "one per core)")
+    parser.add_argument("--ours-only", action="store_true",
+                        help="(internal) print run_ours' figures as JSON on --devices devices")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke test: --rounds 50 --repeats 1 --loop-rounds 2 "
+                             "--fedjax-rounds 3 --flower-rounds 2")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.repeats, args.loop_rounds = 50, 1, 2
+        args.fedjax_rounds, args.flower_rounds = 3, 2
+    for name in ("rounds", "repeats", "loop_rounds", "fedjax_rounds", "flower_rounds"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    return args
+
+
+def print_table(payload: dict[str, Any]) -> None:
+    """The s/round of every system and how many times slower than ours it is."""
+    cores = f"ours, {payload['ours_cores'].get('devices', '?')} devices"
+    rows = [("ours (fa.simulate)", payload["ours"]), (cores, payload["ours_cores"]),
+            ("per-client jit loop", payload["loop"]),
+            ("FedJAX 0.0.17", payload["fedjax"]), ("Flower", payload["flower"])]
+    print(f"{'system':<22} {'s/round':>10} {'ms/round':>10} {'rounds':>7} {'x ours':>9}  "
+          "train loss after")
+    ours = payload["ours"]["s_per_round"]
+    for label, figures in rows:
+        if figures.get("status", "ok") != "ok":
+            print(f"{label:<22} {figures['status']}: {figures['reason']}")
+            continue
+        s = figures["s_per_round"]
+        timed = figures.get("rounds_timed", figures.get("rounds"))
+        print(f"{label:<22} {s:>10.4f} {s * 1e3:>10.2f} {timed:>7} {s / ours:>8.1f}x  "
+              f"{figures['train_loss_after']:.4f} (round {figures['rounds_run']})")
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    if args.ours_only:  # before any JAX computation: it fixes the number of CPU devices
+        jax.config.update("jax_num_cpu_devices", args.devices)
+    data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
+    train, test = fa.data.load_mnist(data_dir)
+    fd = fa.data.one_label_per_client(train["x"], train["y"], NUM_CLIENTS, seed=SEED)
+    task = fa.tasks.logistic_regression(784, 10)
+    if args.ours_only:
+        figures = run_ours(task, fd, args.rounds, args.repeats, args.devices)
+        print(json.dumps(figures))
+        return figures
+
+    arrays = partition_arrays(fd, test)
+    write_npz(arrays, args.partition)
+    partition = {"path": str(args.partition), **summary(arrays)}
+    print(f"partition: {partition['num_clients']} clients, {partition['num_train_examples']} "
+          f"examples -> {args.partition}", flush=True)
+
+    print(f"ours: fa.simulate FedAvg, {args.rounds} rounds x {args.repeats} ...", flush=True)
+    ours = run_ours(task, fd, args.rounds, args.repeats)
+    print(f"ours_cores: the same, cohort over {args.devices} CPU devices ...", flush=True)
+    ours_cores = run_ours_on_cores(args, data_dir)
+    print(f"loop: per-client jit loop, 1 warm-up + {args.loop_rounds} rounds ...", flush=True)
+    loop = run_loop(task, fd, args.loop_rounds)
+    peers = {}
+    flower_extra = ["--num-cpus-per-client", str(args.flower_cpus_per_client)]
+    for name, python, rounds, extra in (
+        ("fedjax", args.fedjax_python, args.fedjax_rounds, []),
+        ("flower", args.flower_python, args.flower_rounds, flower_extra),
+    ):
+        print(f"{name}: {python}, 1 warm-up + {rounds} rounds ...", flush=True)
+        peers[name] = run_peer(name, python, args.partition, rounds, args.peer_timeout, extra)
+        if peers[name]["status"] != "ok":
+            print(f"  {name} {peers[name]['status']}: {peers[name]['reason']}", flush=True)
+
+    # Ours' training loss after the rounds each of the others ran (the check that all train).
+    check_rounds = sorted({f["rounds_run"] for f in (loop, *peers.values()) if "rounds_run" in f})
+    ours_loss = ours_loss_at(task, fd, check_rounds) if check_rounds else {}
+
+    ratios: dict[str, float | None] = {}
+    cores_ok = ours_cores["status"] == "ok"
+    for name, figures in (("loop", loop), *peers.items()):
+        ok = figures.get("status", "ok") == "ok"
+        ratios[f"{name}_over_ours"] = figures["s_per_round"] / ours["s_per_round"] if ok else None
+        ratios[f"{name}_over_ours_cores"] = (figures["s_per_round"] / ours_cores["s_per_round"]
+                                             if ok and cores_ok else None)
+    ratios["ours_over_ours_cores"] = (ours["s_per_round"] / ours_cores["s_per_round"]
+                                      if cores_ok else None)
+    best = "_cores" if cores_ok and ours_cores["s_per_round"] < ours["s_per_round"] else ""
+
+    def met(ratio: float | None, target: float) -> bool | None:
+        return None if ratio is None else ratio >= target
+
+    payload: dict[str, Any] = {
+        "benchmark": "peer_comparison",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)]),
+        "machine": machine_info(),
+        "config": {
+            "data_dir": str(data_dir),
+            "partition": partition,
+            "task": "logistic_regression(784, 10), zero init",
+            "availability": "always on",
+            "algorithm": {
+                "name": "FedAvg", "clients_per_round": CLIENTS_PER_ROUND,
+                "local_steps": LOCAL_STEPS, "batch_size": BATCH_SIZE, "client_lr": CLIENT_LR,
+                "server_lr": SERVER_LR,
+            },
+            "rounds": args.rounds, "repeats": args.repeats, "loop_rounds": args.loop_rounds,
+            "fedjax_rounds": args.fedjax_rounds, "flower_rounds": args.flower_rounds,
+            "flower_cpus_per_client": args.flower_cpus_per_client,
+            "seed": SEED, "quick": args.quick,
+        },
+        "versions": versions(),
+        "ours": ours,
+        "ours_cores": ours_cores,
+        "loop": loop,
+        **peers,
+        "ours_train_loss_at_round": ours_loss,
+        "ratios": ratios,
+        "targets": {
+            "speedup_vs_fedjax": TARGET_SPEEDUP_VS_FEDJAX,
+            "judged_on": "ours" + best,
+            "speedup_vs_fedjax_met": met(ratios[f"fedjax_over_ours{best}"],
+                                         TARGET_SPEEDUP_VS_FEDJAX),
+            "speedup_vs_flower": TARGET_SPEEDUP_VS_FLOWER,
+            "speedup_vs_flower_met": met(ratios[f"flower_over_ours{best}"],
+                                         TARGET_SPEEDUP_VS_FLOWER),
+        },
+    }
+    write_json(args.out, payload)
+
+    m = payload["machine"]
+    print(f"machine: {m['platform']}, {m['cpu_count']} CPUs, jax {jax.__version__} "
+          f"({jax.default_backend()})")
+    print_table(payload)
+    if ours_loss:
+        print("ours' train loss at the same rounds: "
+              + ", ".join(f"round {r}: {v:.4f}" for r, v in ours_loss.items()))
+
+    def verdict(flag: bool | None) -> str:
+        return "not measured" if flag is None else ("met" if flag else "NOT met")
+
+    tg = payload["targets"]
+    print(f"targets: >= {TARGET_SPEEDUP_VS_FEDJAX:.0f}x vs FedJAX: "
+          f"{verdict(tg['speedup_vs_fedjax_met'])}; >= {TARGET_SPEEDUP_VS_FLOWER:.0f}x vs "
+          f"Flower: {verdict(tg['speedup_vs_flower_met'])}")
+    print(f"wrote {args.out}")
+    return payload
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Creates the two virtual environments of the peer comparison (benchmarks/peer_comparison.py):
+#
+#   $FEDJAX_VENV (default /work/venvs/fedjax): FedJAX 0.0.17 on JAX 0.4.13 (the last JAX that
+#       FedJAX 0.0.17's code and its haiku / optax / chex pins run on).
+#   $FLOWER_VENV (default /work/venvs/flower): Flower with its Ray simulation engine, and numpy.
+#
+# Both use python3.11 (override with $PYTHON). Idempotent: a venv whose packages already import
+# at the pinned versions is left as it is; otherwise it is created if missing and pip installs
+# the pins into it. Only PyPI is used.
+#
+# Usage: bash benchmarks/peers/setup.sh [fedjax|flower|all]   (default all)
+set -euo pipefail
+
+PYTHON="${PYTHON:-python3.11}"
+FEDJAX_VENV="${FEDJAX_VENV:-/work/venvs/fedjax}"
+FLOWER_VENV="${FLOWER_VENV:-/work/venvs/flower}"
+
+# Pins known to install and run together here (Linux x86_64, Python 3.11).
+FEDJAX_PINS=(
+  "fedjax==0.0.17" "jax==0.4.13" "jaxlib==0.4.13" "numpy<2" "scipy<1.12"
+  "optax==0.1.7" "dm-haiku==0.0.10" "chex==0.1.82"
+)
+# flwr 1.42.0 (the newest) does not install here: it requires certifi>=2026.10.19, which the
+# package index does not have yet. 1.41.0 pulls ray 2.55.1 through its [simulation] extra.
+FLOWER_VERSION="1.41.0"
+FLOWER_PINS=("flwr[simulation]==${FLOWER_VERSION}" "numpy")
+
+# check_venv VENV PYTHON_CODE: true when VENV's python runs PYTHON_CODE without error.
+check_venv() {
+  [[ -x "$1/bin/python" ]] && "$1/bin/python" -c "$2" >/dev/null 2>&1
+}
+
+# make_venv VENV PIN...: creates VENV (if missing) and installs the pins.
+make_venv() {
+  local venv="$1"; shift
+  if [[ ! -x "$venv/bin/python" ]]; then
+    echo "creating $venv with $PYTHON"
+    mkdir -p "$(dirname "$venv")"
+    "$PYTHON" -m venv "$venv"
+  fi
+  "$venv/bin/python" -m pip install --quiet --upgrade pip
+  "$venv/bin/python" -m pip install --quiet "$@"
+}
+
+setup_fedjax() {
+  local probe="import fedjax, jax, haiku
+from importlib.metadata import version
+assert version('fedjax') == '0.0.17' and jax.__version__ == '0.4.13', 'versions'"
+  if check_venv "$FEDJAX_VENV" "$probe"; then
+    echo "fedjax venv ok: $FEDJAX_VENV"
+  else
+    make_venv "$FEDJAX_VENV" "${FEDJAX_PINS[@]}"
+    check_venv "$FEDJAX_VENV" "$probe" || { echo "fedjax venv check failed" >&2; exit 1; }
+  fi
+  "$FEDJAX_VENV/bin/python" -c "from importlib.metadata import version as v
+print(*(f'{p} {v(p)}' for p in ('fedjax', 'jax', 'jaxlib', 'dm-haiku', 'optax', 'numpy')))"
+}
+
+setup_flower() {
+  local probe="import flwr, ray, numpy
+from flwr.simulation import run_simulation
+from importlib.metadata import version
+assert version('flwr') == '${FLOWER_VERSION}', 'version'"
+  if check_venv "$FLOWER_VENV" "$probe"; then
+    echo "flower venv ok: $FLOWER_VENV"
+  else
+    make_venv "$FLOWER_VENV" "${FLOWER_PINS[@]}"
+    check_venv "$FLOWER_VENV" "$probe" || { echo "flower venv check failed" >&2; exit 1; }
+  fi
+  "$FLOWER_VENV/bin/python" -c "from importlib.metadata import version as v
+print(*(f'{p} {v(p)}' for p in ('flwr', 'ray', 'numpy')))"
+}
+
+case "${1:-all}" in
+  fedjax) setup_fedjax ;;
+  flower) setup_flower ;;
+  all) setup_fedjax; setup_flower ;;
+  *) echo "usage: $0 [fedjax|flower|all]" >&2; exit 2 ;;
+esac

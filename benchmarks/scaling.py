@@ -1,0 +1,305 @@
+"""Benchmark: a round's cost against N, K, the task kind and the client loop, and FLOP/s.
+
+Every part runs in one process, side by side (the machine's noise hits all rows alike):
+
+* ``n``: FedAvg and FedLaAvg on MNIST-shaped data (28x28 uint8 images, max(60000, 2N) rows
+  split evenly, 784x10 logistic regression), K = 100, C = 10, B = 5, Bernoulli(0.5)
+  availability, for N = 10^2 ... 10^6. FedLaAvg stores its ``[N, P]`` table in float32 while it
+  fits in ``--table-budget`` GB, in bfloat16 beyond (the ``table_dtype`` column). Records
+  s/round, client steps/s (K C / s per round), and memory: the formula
+  (:func:`fedjax_avail.estimate_memory`) against the device bytes the run held plus XLA's
+  working set (``Result.memory["measured"]``), and the process's peak RSS.
+* ``k``: FedAvg at N = 10^4 for K = 10, 100, 1000.
+* ``tasks``: logistic regression, MLP (784-200-200-10), LeNet-5 and the Sentiment140 LSTM
+  (25 tokens, 25-d embedding, 2 x 16 units), FedAvg K = 100 (LSTM: K = 50), each with the
+  cohort trained by one ``vmap`` (``client_chunk=None``), by ``lax.map`` over chunks of 10
+  clients of a ``vmap`` (``client_chunk=10``) and by ``lax.map`` over single clients
+  (``client_chunk=1``).
+* ``flops``: a 2048 x 2048 float32 matmul's FLOP/s, measured here; each task's local-training
+  FLOP/s = (XLA's FLOP count of one client step on one batch) x K x C / s per round; and the
+  bare batched-einsum SGD of a pre-gathered cohort (no data gather, no selection, no
+  bookkeeping: the floor for the logistic-regression round).
+
+The JSON goes to ``--out``; with the ``n`` part, a figure of s/round and memory against N next
+to it (``scaling.png``).
+
+All times exclude compilation (``Result.timing``) and come from ``block_until_ready``; each
+configuration runs once untimed (warm-up) then ``--repeats`` times, best kept.
+
+Usage::
+
+    python benchmarks/scaling.py [--parts n,k,tasks,flops] [--rounds 100] [--max-n 1000000]
+                                 [--quick] [--out results/scaling.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import resource
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from _common import machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+
+import fedjax_avail as fa
+from fedjax_avail.local import flat_size
+
+OUT = Path(__file__).resolve().parent / "results" / "scaling.json"
+K, C, B = 100, 10, 5
+
+
+def _images(n: int, rows: int | None = None) -> fa.FederatedData:
+    """MNIST-shaped random data: ``max(60000, 2N)`` rows split evenly among N clients."""
+    rows = rows or max(60_000, 2 * n)
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (rows, 28, 28), dtype=np.uint8)
+    return fa.FederatedData.from_arrays({"x": x, "y": rng.integers(0, 10, rows)},
+                                        np.arange(rows) % n, num_clients=n)
+
+
+def _tokens(n: int, rows: int = 20_000, length: int = 25, vocab: int = 5000):
+    rng = np.random.default_rng(0)
+    x = rng.integers(1, vocab, (rows, length)).astype(np.int32)
+    return fa.FederatedData.from_arrays({"x": x, "y": rng.integers(0, 2, rows)},
+                                        np.arange(rows) % n, num_clients=n)
+
+
+def _time(task, fd, algorithm, rounds: int, repeats: int, **kwargs) -> fa.Result:
+    """The fastest of ``repeats`` timed runs after a warm-up; its Result."""
+    best = None
+    for i in range(repeats + 1):
+        result = fa.simulate(task, fd, algorithm, fa.availability.Bernoulli(0.5), rounds=rounds,
+                             eval_every=rounds, train_eval_examples=2000, **kwargs)
+        if i and (best is None or result.timing["run"] < best.timing["run"]):
+            best = result
+    return best
+
+
+def _peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def part_n(args, rows: list) -> None:
+    task = fa.tasks.logistic_regression(784, 10)
+    size = flat_size(task.init(jax.random.PRNGKey(0)))
+    sizes = [n for n in (100, 1_000, 10_000, 100_000, 1_000_000) if n <= args.max_n]
+    for n in sizes:
+        fd = _images(n)
+        fits = n * size * 4 <= args.table_budget * 1e9
+        algorithms = {
+            "fedavg": fa.algorithms.FedAvg(clients_per_round=K, local_steps=C, batch_size=B,
+                                           client_lr=0.01),
+            "fedlaavg": fa.algorithms.FedLaAvg(clients_per_round=K, local_steps=C, batch_size=B,
+                                               client_lr=0.01,
+                                               table_dtype="float32" if fits else "bfloat16"),
+        }
+        for name, algorithm in algorithms.items():
+            repeats = 1 if n >= 1_000_000 else args.repeats
+            result = _time(task, fd, algorithm, args.rounds, repeats)
+            spr = result.timing["s_per_round"]
+            row = {"part": "n", "algorithm": name, "num_clients": n, "k": K,
+                   "table_dtype": getattr(algorithm, "table_dtype", None),
+                   "s_per_round": spr, "client_steps_per_s": K * C / spr,
+                   "compile_s": result.timing["compile"],
+                   "estimated_bytes": result.memory.get("estimated"),
+                   "measured_bytes": result.memory.get("measured"),
+                   "peak_rss_gb": _peak_rss_gb()}
+            rows.append(row)
+            ratio = row["measured_bytes"] / row["estimated_bytes"]
+            print(f"N={n:>8} {name:9s} {row['table_dtype'] or '':9s} {spr * 1e3:8.2f} ms/round "
+                  f"{row['client_steps_per_s']:9.0f} client steps/s  memory estimated "
+                  f"{fa.memory.format_bytes(row['estimated_bytes'])}, measured "
+                  f"{fa.memory.format_bytes(row['measured_bytes'])} ({ratio:.2f}x), "
+                  f"peak RSS {row['peak_rss_gb']:.1f} GB", flush=True)
+        del fd
+
+
+def part_k(args, rows: list) -> None:
+    task = fa.tasks.logistic_regression(784, 10)
+    fd = _images(10_000)
+    for k in (10, 100, 1000):
+        algorithm = fa.algorithms.FedAvg(clients_per_round=k, local_steps=C, batch_size=B,
+                                         client_lr=0.01)
+        result = _time(task, fd, algorithm, args.rounds, args.repeats)
+        spr = result.timing["s_per_round"]
+        rows.append({"part": "k", "algorithm": "fedavg", "num_clients": 10_000, "k": k,
+                     "s_per_round": spr, "client_steps_per_s": k * C / spr})
+        print(f"N=10000 K={k:>5} fedavg {spr * 1e3:8.2f} ms/round "
+              f"{k * C / spr:9.0f} client steps/s", flush=True)
+
+
+def _tasks():
+    images = _images(1_000)
+    return {
+        "logistic_regression": (fa.tasks.logistic_regression(784, 10), images, K),
+        "mlp": (fa.tasks.mlp(784, (200, 200), 10), images, K),
+        "lenet5": (fa.tasks.lenet5((28, 28, 1)), images, K),
+        "lstm": (fa.tasks.lstm_classifier(5000, embeddings=np.random.default_rng(0).normal(
+            size=(5000, 25)).astype(np.float32)), _tokens(1_000), 50),
+    }
+
+
+def _step_flops(task, fd) -> float:
+    """XLA's FLOP count of one SGD step of one client on one batch of B rows."""
+    batch = {k: jnp.asarray(v[:B]) for k, v in fd.arrays.items()}
+    params = task.init(jax.random.PRNGKey(0))
+
+    def step(p, b):
+        grads = jax.grad(task.loss)(p, b)
+        return jax.tree.map(lambda w, g: w - 0.01 * g, p, grads)
+
+    cost = jax.jit(step).lower(params, batch).compile().cost_analysis()
+    return float((cost[0] if isinstance(cost, list) else cost)["flops"])
+
+
+def part_tasks(args, rows: list, matmul_flops: float | None) -> None:
+    for name, (task, fd, k) in _tasks().items():
+        flops = _step_flops(task, fd) * k * C
+        for label, chunk in (("vmap", None), ("chunks_of_10", 10), ("lax_map", 1)):
+            algorithm = fa.algorithms.FedAvg(clients_per_round=k, local_steps=C, batch_size=B,
+                                             client_lr=0.01)
+            result = _time(task, fd, algorithm, args.task_rounds, args.repeats,
+                           client_chunk=chunk)
+            spr = result.timing["s_per_round"]
+            rate = flops / spr
+            row = {"part": "tasks", "task": name, "loop": label, "k": k, "s_per_round": spr,
+                   "client_steps_per_s": k * C / spr, "round_flops": flops,
+                   "flop_per_s": rate,
+                   "fraction_of_matmul": rate / matmul_flops if matmul_flops else None}
+            rows.append(row)
+            share = f", {100 * row['fraction_of_matmul']:.1f}% of the matmul" if (
+                matmul_flops) else ""
+            print(f"{name:20s} {label:13s} {spr * 1e3:9.2f} ms/round "
+                  f"{k * C / spr:9.0f} client steps/s {rate / 1e9:7.2f} GFLOP/s{share}",
+                  flush=True)
+
+
+def _matmul_flops(repeats: int = 20) -> float:
+    a = jax.random.normal(jax.random.PRNGKey(0), (2048, 2048), jnp.float32)
+    f = jax.jit(lambda x: x @ x)
+    f(a).block_until_ready()
+    best = np.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        f(a).block_until_ready()
+        best = min(best, time.perf_counter() - t0)
+    return 2 * 2048**3 / best
+
+
+def _bare_einsum_s_per_round(repeats: int = 5, rounds: int = 50) -> float:
+    """C SGD steps of K logistic regressions on pre-gathered ``[K, C, B, 784]`` batches."""
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.random((rounds, K, C, B, 784), np.float32))
+    y = jax.nn.one_hot(rng.integers(0, 10, (rounds, K, C, B)), 10)
+
+    def one_round(w, xy):
+        xs, ys = xy
+
+        def step(wk, batch):
+            xb, yb = batch  # [K, B, 784], [K, B, 10]
+            p = jax.nn.softmax(jnp.einsum("kbi,koi->kbo", xb, wk))
+            grad = jnp.einsum("kbo,kbi->koi", p - yb, xb) / B
+            return wk - 0.01 * grad, None
+
+        wk, _ = jax.lax.scan(step, jnp.broadcast_to(w, (K, 10, 784)),
+                             (jnp.moveaxis(xs, 1, 0), jnp.moveaxis(ys, 1, 0)))
+        return w + jnp.mean(wk - w, axis=0), None
+
+    run = jax.jit(lambda w: jax.lax.scan(one_round, w, (x, y))[0])
+    w0 = jnp.zeros((10, 784), jnp.float32)
+    run(w0).block_until_ready()
+    best = np.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run(w0).block_until_ready()
+        best = min(best, time.perf_counter() - t0)
+    return best / rounds
+
+
+def plot(rows: list, path: Path) -> None:
+    """s/round and memory (formula and measured) against N: the ``n`` part as a figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (time_ax, memory_ax) = plt.subplots(1, 2, figsize=(10, 4))
+    for name in ("fedavg", "fedlaavg"):
+        mine = [r for r in rows if r["part"] == "n" and r["algorithm"] == name]
+        if not mine:
+            continue
+        n = [r["num_clients"] for r in mine]
+        time_ax.plot(n, [1e3 * r["s_per_round"] for r in mine], "o-", label=name)
+        memory_ax.plot(n, [r["estimated_bytes"] / 1e9 for r in mine], "o-",
+                       label=f"{name}, formula")
+        memory_ax.plot(n, [r["measured_bytes"] / 1e9 for r in mine], "x--",
+                       label=f"{name}, measured")
+    time_ax.set(xscale="log", xlabel="N clients", ylabel="ms per round", ylim=(0, None),
+                title=f"K = {K}, C = {C}, B = {B}, MNIST-shaped LR")
+    memory_ax.set(xscale="log", yscale="log", xlabel="N clients", ylabel="GB on the device",
+                  title="memory: estimate_memory vs measured")
+    for ax in (time_ax, memory_ax):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", default="flops,tasks,k,n")
+    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--task-rounds", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--max-n", type=int, default=1_000_000)
+    parser.add_argument("--table-budget", type=float, default=8.0,
+                        help="GB a float32 FedLaAvg table may take before bfloat16 is used")
+    parser.add_argument("--quick", action="store_true",
+                        help="N <= 10^4, 10 rounds, 1 repeat (a smoke test of the script)")
+    parser.add_argument("--out", type=Path, default=OUT)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.quick:
+        args.max_n, args.rounds, args.task_rounds, args.repeats = 10_000, 10, 3, 1
+    parts = args.parts.split(",")
+    rows: list = []
+    matmul = bare = None
+    if "flops" in parts:
+        matmul = _matmul_flops()
+        bare = _bare_einsum_s_per_round()
+        print(f"dense 2048x2048 float32 matmul: {matmul / 1e9:.1f} GFLOP/s; bare batched-einsum "
+              f"SGD of the logistic-regression cohort (K={K}, C={C}, B={B}): "
+              f"{bare * 1e3:.2f} ms/round", flush=True)
+    if "tasks" in parts:
+        part_tasks(args, rows, matmul)
+    if "k" in parts:
+        part_k(args, rows)
+    if "n" in parts:
+        part_n(args, rows)
+    write_json(args.out, {
+        "benchmark": "scaling",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "settings": {"rounds": args.rounds, "task_rounds": args.task_rounds,
+                     "repeats": args.repeats, "K": K, "C": C, "B": B},
+        "matmul_flop_per_s": matmul,
+        "bare_einsum_s_per_round": bare,
+        "rows": rows,
+    })
+    if "n" in parts:
+        plot(rows, args.out.with_suffix(".png"))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    t0 = time.perf_counter()
+    main()
+    print(f"{time.perf_counter() - t0:.0f} s in all")

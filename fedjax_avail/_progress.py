@@ -1,0 +1,68 @@
+"""The progress display of a run: rounds/s and ETA measured on the rounds themselves.
+
+The rate and the ETA come from the engine's own round time (compilation and evaluation
+excluded), so the first estimate is not thrown off by a long compile. On a terminal it is a
+tqdm bar; when stderr is not a terminal (a log file, CI), one plain line is written at most
+every ``interval`` seconds and at the end, instead of a stream of carriage returns.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from tqdm.auto import tqdm
+
+
+class Progress:
+    """Progress over ``total`` rounds, starting at ``initial``.
+
+    Args:
+      total: rounds of the run.
+      initial: rounds already done (a resumed run).
+      desc: a label (the algorithm).
+      enabled: show anything at all.
+      interval: seconds between lines when stderr is not a terminal.
+    """
+
+    def __init__(self, total: int, initial: int, desc: str | None, enabled: bool,
+                 interval: float = 30.0):
+        self.total, self.done, self.desc = total, initial, desc or "run"
+        self.enabled, self.interval = enabled, interval
+        self.tty = enabled and sys.stderr.isatty()
+        self._last_line = time.perf_counter()
+        self._bar = tqdm(total=total, initial=initial, desc=desc, unit="round", mininterval=1.0,
+                         bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
+                                    "[{elapsed}{postfix}]") if self.tty else None
+
+    def update(self, rounds: int, run_seconds: float, ran: int, train_loss: float | None):
+        """``rounds`` more done; ``run_seconds`` the round time of the ``ran`` rounds so far."""
+        if not self.enabled:
+            return
+        self.done += rounds
+        rate = ran / run_seconds if run_seconds > 0 else float("nan")
+        eta = (self.total - self.done) / rate if rate == rate and rate > 0 else float("nan")
+        fields = {"rounds/s": f"{rate:.1f}", "ETA": _duration(eta)}
+        if train_loss is not None:
+            fields["train_loss"] = f"{train_loss:.4f}"
+        if self._bar is not None:
+            self._bar.update(rounds)
+            self._bar.set_postfix(fields, refresh=True)
+        elif time.perf_counter() - self._last_line >= self.interval or self.done >= self.total:
+            self._last_line = time.perf_counter()
+            text = ", ".join(f"{k} {v}" for k, v in fields.items())
+            print(f"{self.desc}: {self.done}/{self.total} rounds, {text}", file=sys.stderr,
+                  flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _duration(seconds: float) -> str:
+    if seconds != seconds:
+        return "?"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

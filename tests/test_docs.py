@@ -1,0 +1,159 @@
+"""Every command the documentation shows is run here, so the documentation stays true.
+
+Commands are collected in document order from README.md, CONTRIBUTING.md, docs/*.md,
+benchmarks/README.md and the notebooks' text, then run in one scratch directory per document
+(so ``describe ... > my.toml`` feeds a later ``--config my.toml``):
+
+* ``fedjax-avail run`` of the default offline experiment runs for real on 10 rounds; every other
+  ``run`` is a ``--dry-run`` (settings, data, algorithms and memory checked, nothing trained);
+  experiments whose data these machines cannot fetch (Sentiment140) must fail with the one-line
+  "not prepared" error the documentation promises;
+* ``list``, ``describe``, ``compare``, ``--help`` run as written;
+* ``python benchmarks/X.py ARGS`` parses ARGS with the script's own parser; other ``python``
+  scripts and ``pdoc`` (the API reference) run as written.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+import runpy
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import MNIST_DIR, REPO
+
+from fedjax_avail import cli
+
+SOURCES = [REPO / "README.md", REPO / "CONTRIBUTING.md", REPO / "benchmarks" / "README.md",
+           *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "notebooks").glob("*.ipynb"))]
+PREFIXES = ("fedjax-avail ", "python benchmarks/", "python docs/", "python -m fedjax_avail",
+            "pdoc ")
+SETUP = ("python3.11 -m venv", "pip install", "pytest", "bash .ci/run")
+
+
+def _text(path: Path) -> str:
+    if path.suffix == ".ipynb":
+        cells = json.loads(path.read_text())["cells"]
+        return "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    return path.read_text()
+
+
+def commands(path: Path) -> list[str]:
+    """The commands of a document, in order: lines of fenced blocks and inline code spans."""
+    found = []
+    for match in re.finditer(r"```[a-z]*\n(.*?)```|`([^`\n]+)`", _text(path), re.S):
+        if match.group(1) is not None:
+            lines = match.group(1).replace("\\\n", " ").splitlines()
+        else:
+            lines = [match.group(2)]
+        for line in lines:
+            line = re.split(r"\s+#\s", line)[0].strip()
+            placeholder = re.search(r"\b[A-Z]{3,}\b", line)  # fedjax-avail describe NAME
+            if line.startswith(PREFIXES) and not line.startswith("fedjax-avail: ") and not (
+                    placeholder):
+                found.append(line)
+    return found
+
+
+def _needs_unfetchable_data(name: str) -> bool:
+    return "sentiment140" in name
+
+
+def _run_cli(words: list[str], capsys) -> None:
+    args, redirect = words[1:], None
+    if ">" in args:
+        at = args.index(">")
+        args, redirect = args[:at], args[at + 1]
+    expected = 0
+    if args and args[0] == "run" and not {"-h", "--help"} & set(args):
+        name = args[1] if len(args) > 1 and not args[1].startswith("-") else "digits-diurnal"
+        if name == "digits-diurnal":
+            args = [*args, "--set", "rounds=10", "--set", "eval_every=5", "--no-progress"]
+        elif _needs_unfetchable_data(name):
+            args, expected = [*args, "--dry-run", "--set", "download=false"], 2
+        else:
+            args = [*args, "--dry-run"]
+    code = cli.main(args)
+    out = capsys.readouterr()
+    if redirect:
+        Path(redirect).write_text(out.out)
+    assert code == expected, f"{shlex.join(words)}: exit {code}\n{out.err}"
+    if expected == 2:
+        assert "is not prepared in" in out.err and out.err.count("\n") == 1, out.err
+
+
+def _run_python(words: list[str]) -> None:
+    script = words[1]
+    if script.startswith("benchmarks/"):
+        sys.path.insert(0, str(REPO / "benchmarks"))
+        try:
+            module = importlib.import_module(Path(script).stem)
+            module.parse_args(words[2:])  # the documented arguments are the script's own
+        finally:
+            sys.path.remove(str(REPO / "benchmarks"))
+        return
+    (Path.cwd() / "docs").mkdir(exist_ok=True)
+    runpy.run_path(str(REPO / script), run_name="__main__")
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_documented_command_works(source, tmp_path, monkeypatch, capsys, mnist):
+    del mnist
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FEDJAX_AVAIL_MNIST_DIR", str(MNIST_DIR))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    for command in commands(source):
+        words = shlex.split(command)
+        if command.startswith("python -m fedjax_avail"):
+            words = ["fedjax-avail", *words[3:]]
+        if words[0] == "fedjax-avail":
+            _run_cli(words, capsys)
+        elif words[0] == "python":
+            _run_python(words)
+        else:  # pdoc: the API reference
+            done = subprocess.run([sys.executable, "-m", *words], capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr
+
+
+def test_the_commands_are_found():
+    readme = commands(REPO / "README.md")
+    assert "fedjax-avail list" in readme and any(c.startswith("pdoc ") for c in readme)
+    assert sum(c.startswith("fedjax-avail run ") for c in readme) >= 10
+    reproducing = commands(REPO / "docs" / "reproducing.md")
+    from fedjax_avail import experiments
+
+    for name in experiments.REGISTRY:  # every named experiment is in the reproduction guide
+        assert any(f" {name}" in f"{c} " for c in reproducing) or name in {
+            "digits-diurnal", "fedlaavg-sentiment140", "availability-mnist",
+            "availability-sweep-mnist", "wkafl-mnist", "async-mnist"}, name
+
+
+def test_readme_opens_with_the_two_setup_commands_ci_runs():
+    readme = (REPO / "README.md").read_text()
+    first_block = re.search(r"```bash\n(.*?)```", readme, re.S).group(1)
+    lines = [line for line in first_block.splitlines() if line and not line.startswith("#")]
+    assert len(lines) == 2
+    assert lines[0].startswith("python3.11 -m venv") and lines[0].endswith("fedjax-avail run")
+    assert lines[1].startswith("python3.11 -m venv") and lines[1].endswith("pytest -q")
+    assert lines[1] in (REPO / ".ci" / "run").read_text()
+
+
+def test_the_api_reference_covers_every_public_module(tmp_path):
+    pytest.importorskip("pdoc")
+    done = subprocess.run([sys.executable, "-m", "pdoc", "fedjax_avail", "-o", str(tmp_path)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    import fedjax_avail as fa
+
+    for module in fa.__all__:
+        if module.islower() and not module.startswith("_") and module not in (
+                "simulate", "estimate_memory"):
+            page = tmp_path / "fedjax_avail" / f"{module}.html"
+            assert page.exists(), module
+    page = (tmp_path / "fedjax_avail" / "algorithms.html").read_text()
+    assert "FedLaAvg" in page and "P:L283-302" in page  # docstrings with the paper's lines
