@@ -131,6 +131,24 @@ def _mesh_context(mesh: Any):
     return jax.set_mesh(mesh) if mesh is not None else contextlib.nullcontext()
 
 
+# XLA:CPU hands batched dots to YNNPACK; with two batch dimensions (runs x cohort: several
+# seeds in one program) its kernel was measured 20x slower per run than with one (FedAvg on
+# MNIST, K = 100, C = 1: 58 ms a round for 8 seeds against 2.5 ms for one; benchmarks/README.md,
+# run_axis). Without that fusion XLA's own dot emitter scales linearly in the runs.
+_CPU_RUNS_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+
+
+def _compile(lowered: Any, runs: bool) -> Any:
+    """``lowered.compile()``; for several runs on a CPU without the YNNPACK dot fusion, where
+    this XLA has the option (else the default compile)."""
+    if runs and jax.default_backend() == "cpu":
+        try:
+            return lowered.compile(compiler_options=_CPU_RUNS_OPTIONS)
+        except Exception:  # an XLA without the option: its default is the only choice
+            pass
+    return lowered.compile()
+
+
 def _boundaries(done: int, rounds: int, every: tuple[int, ...]) -> list[int]:
     """Round counts at which chunks end: multiples of each of ``every``, and ``rounds``."""
     ends = {rounds}
@@ -344,7 +362,8 @@ def simulate(
         prepare_fn = cohort_lib.map_runs(prepare_state, (0, None)) if runs else prepare_state
         placed = {} if mesh is None else dict(out_shardings=carry_shardings[0])
         with _mesh_context(mesh):
-            prepared = jax.jit(prepare_fn, **placed)(carry[0], device_data)
+            # donated: the state may hold [N, P] tables, which must not exist twice
+            prepared = jax.jit(prepare_fn, donate_argnums=0, **placed)(carry[0], device_data)
         carry = (jax.block_until_ready(prepared), *carry[1:])
         timing["prepare"] = time.perf_counter() - t0
     if restored is not None:
@@ -439,8 +458,8 @@ def simulate(
             if length not in compiled:
                 t0 = time.perf_counter()
                 with _mesh_context(mesh):
-                    compiled[length] = jitted.lower(carry, device_data, round_ids, keys,
-                                                    hyper).compile()
+                    compiled[length] = _compile(jitted.lower(carry, device_data, round_ids,
+                                                             keys, hyper), bool(runs))
                 timing["compile"] += time.perf_counter() - t0
                 analysis = compiled[length].memory_analysis()
                 temp = int(getattr(analysis, "temp_size_in_bytes", 0) or 0)

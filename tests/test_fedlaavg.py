@@ -174,10 +174,12 @@ def test_a_smaller_table_keeps_the_mean_of_its_stored_rows(digits, dtype):
     alg = fa.algorithms.FedLaAvg(clients_per_round=4, local_steps=3, batch_size=2,
                                  client_lr=0.1, table_dtype=dtype)
     for previous, state, _ in _rounds(alg, task, fd, masks):
-        assert state.latest.dtype == jnp.dtype(dtype)
-        stored = np.asarray(state.latest, np.float32)
         if dtype == "int8":
-            stored = stored * np.asarray(state.latest_scale)[:, None]
+            assert state.latest.dtype == jnp.int8
+            stored = np.asarray(state.latest, np.float32) * np.asarray(state.latest_scale)[:, None]
+        else:  # bfloat16 bits stored as uint16: the top 16 bits of a float32
+            assert state.latest.dtype == jnp.uint16
+            stored = (np.asarray(state.latest).astype(np.uint32) << 16).view(np.float32)
         # u^r is the mean of what the table holds (the rounded rows), not of the raw updates.
         np.testing.assert_allclose(state.mean_update, stored.mean(axis=0), atol=2e-6)
         x_prev, _ = ravel_pytree(previous.params)
@@ -187,6 +189,21 @@ def test_a_smaller_table_keeps_the_mean_of_its_stored_rows(digits, dtype):
            for d in ("float32", dtype)}
     ratio = est[dtype].terms["per_client_tables"] / est["float32"].terms["per_client_tables"]
     assert ratio < (0.55 if dtype == "bfloat16" else 0.3)
+
+
+def test_a_bfloat16_table_is_written_in_place(digits):
+    """XLA:CPU would convert a bfloat16 table to float32 for the scatter (a float32 copy of the
+    whole table every round); stored as uint16 bits, the compiled round's temporaries stay far
+    below the table's size."""
+    train, _ = digits
+    fd = fa.data.one_label_per_client(train["x"], train["y"], 600, seed=0)
+    task = fa.tasks.logistic_regression(64, 10)
+    alg = fa.algorithms.FedLaAvg(clients_per_round=4, local_steps=2, batch_size=2,
+                                 client_lr=0.1, table_dtype="bfloat16")
+    result = fa.simulate(task, fd, alg, fa.availability.AlwaysOn(), rounds=4, eval_every=2)
+    table_bytes = 600 * 650 * 2
+    assert result.state.latest.nbytes == table_bytes
+    assert result.memory["working_set"] < table_bytes / 4
 
 
 def dataclasses_replace(alg, **changes):
