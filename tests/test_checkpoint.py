@@ -113,8 +113,11 @@ def test_ctrl_c_writes_what_finished_and_prints_the_resume_command(tmp_path):
     out = tmp_path / "run"
     argv = ["run", "--set", "rounds=300", "--set", "eval_every=10", "--out", str(out),
             "--checkpoint-every", "10", "--no-progress"]
+    # A shell's background job inherits SIGINT ignored (and the run then, rightly, ignores
+    # Ctrl-C): give the child the terminal's default, as a user's foreground run has.
     process = subprocess.Popen([sys.executable, "-m", "fedjax_avail.cli", *argv],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     first = out / "checkpoints" / "fedavg"
     while time.time() < deadline and not (first.exists() and any(
