@@ -114,10 +114,12 @@ def test_ctrl_c_writes_what_finished_and_prints_the_resume_command(tmp_path):
     argv = ["run", "--set", "rounds=300", "--set", "eval_every=10", "--out", str(out),
             "--checkpoint-every", "10", "--no-progress"]
     # A shell's background job inherits SIGINT ignored (and the run then, rightly, ignores
-    # Ctrl-C): give the child the terminal's default, as a user's foreground run has.
-    process = subprocess.Popen([sys.executable, "-m", "fedjax_avail.cli", *argv],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # Ctrl-C): the child takes Python's default handler, as a user's foreground run has.
+    child = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler)"
+             "; sys.argv[0] = 'fedjax-avail'; runpy.run_module('fedjax_avail.cli', "
+             "run_name='__main__')")
+    process = subprocess.Popen([sys.executable, "-c", child, *argv],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     first = out / "checkpoints" / "fedavg"
     while time.time() < deadline and not (first.exists() and any(
