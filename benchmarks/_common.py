@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import numpy as np
+from jax.flatten_util import ravel_pytree
 
 from fedjax_avail._io import atomic_write_text
 
@@ -29,3 +31,42 @@ def machine_info() -> dict[str, Any]:
 def write_json(path: str | Path, payload: dict[str, Any]) -> None:
     """Writes ``payload`` as indented JSON, atomically."""
     atomic_write_text(path, json.dumps(payload, indent=2) + "\n")
+
+
+class ClientLoop:
+    """The reference loops' shared half: clients trained one by one, as FedJAX's jit backend and
+    the papers' PyTorch code run them. Host-side (numpy) batch sampling, B rows with
+    replacement; device-side one ``jax.jit``-compiled SGD step of one client on one batch."""
+
+    def __init__(self, task, fd, *, seed: int, steps: int, batch_size: int, lr: float):
+        self.x_rows = np.asarray(fd.arrays["x"])
+        self.y_rows = np.asarray(fd.arrays["y"])
+        self.offsets = np.asarray(fd.offsets)
+        self.counts = np.asarray(fd.counts)
+        self.num_clients = fd.num_clients
+        self.steps, self.batch_size = steps, batch_size
+        self.rng = np.random.default_rng(seed)
+        self.params = task.init(jax.random.PRNGKey(seed))
+        flat, self.unravel = ravel_pytree(self.params)
+        self.flat = np.asarray(flat, np.float32)  # global model x, [P]
+
+        def sgd_step(params, x_batch, y_batch):
+            grads = jax.grad(task.loss)(params, {"x": x_batch, "y": y_batch})
+            return jax.tree.map(lambda p, g: p - lr * g, params, grads)
+
+        self.sgd_step = jax.jit(sgd_step)
+
+    def local_update(self, i: int) -> np.ndarray:
+        """C SGD steps of client i from the global model; returns ``u_i = x_i^C - x``."""
+        params = self.params
+        lo, n = int(self.offsets[i]), int(self.counts[i])
+        for _ in range(self.steps):
+            rows = lo + self.rng.integers(0, n, size=self.batch_size)
+            params = self.sgd_step(params, self.x_rows[rows], self.y_rows[rows])
+        flat, _ = ravel_pytree(params)
+        return np.asarray(flat) - self.flat
+
+    def set_model(self, flat: np.ndarray) -> None:
+        """The new global model x (flat), also as the device pytree the next clients start from."""
+        self.flat = flat
+        self.params = jax.block_until_ready(self.unravel(jax.numpy.asarray(flat)))

@@ -36,15 +36,12 @@ import datetime
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from _common import machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
-from jax.flatten_util import ravel_pytree
+from _common import ClientLoop, machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
 
 import fedjax_avail as fa
 from fedjax_avail.evaluation import make_evaluator
@@ -120,7 +117,7 @@ def run_vectorised(
     return figures, result.history
 
 
-class ReferenceFedLaAvg:
+class ReferenceFedLaAvg(ClientLoop):
     """FedLaAvg run client by client, as FedJAX / the paper's PyTorch code do.
 
     Host-side (numpy): availability, least-recent selection, batch sampling, the ``[N, P]`` table
@@ -129,26 +126,12 @@ class ReferenceFedLaAvg:
     """
 
     def __init__(self, task: fa.Task, fd: fa.FederatedData, seed: int = SEED):
-        self.x_rows = np.asarray(fd.arrays["x"])
-        self.y_rows = np.asarray(fd.arrays["y"])
-        self.offsets = np.asarray(fd.offsets)
-        self.counts = np.asarray(fd.counts)
+        super().__init__(task, fd, seed=seed, steps=LOCAL_STEPS, batch_size=BATCH_SIZE,
+                         lr=CLIENT_LR)
         self.group = (fd.client_labels() >= DIGITS_FIRST_GROUP).astype(np.int32)
-        self.num_clients = fd.num_clients
-        self.rng = np.random.default_rng(seed)
-
-        self.params = task.init(jax.random.PRNGKey(seed))
-        flat, self.unravel = ravel_pytree(self.params)
-        self.flat = np.asarray(flat, np.float32)  # global model x, [P]
-        self.latest = np.zeros((self.num_clients, flat.size), np.float32)  # u_i^{R_i}
-        self.mean_update = np.zeros(flat.size, np.float32)  # u^r
+        self.latest = np.zeros((self.num_clients, self.flat.size), np.float32)  # u_i^{R_i}
+        self.mean_update = np.zeros(self.flat.size, np.float32)  # u^r
         self.last_round = np.full(self.num_clients, -1, np.int64)  # R_i
-
-        def sgd_step(params: Any, x_batch: jax.Array, y_batch: jax.Array) -> Any:
-            grads = jax.grad(task.loss)(params, {"x": x_batch, "y": y_batch})
-            return jax.tree.map(lambda p, g: p - CLIENT_LR * g, params, grads)
-
-        self.sgd_step: Callable[..., Any] = jax.jit(sgd_step)
 
     def available(self, r: int) -> np.ndarray:
         """``[N]`` bool: group ``(r // E) % 2`` is online in round r."""
@@ -160,16 +143,6 @@ class ReferenceFedLaAvg:
         order = np.argsort(self.last_round[candidates], kind="stable")
         return candidates[order[:CLIENTS_PER_ROUND]]
 
-    def local_update(self, i: int) -> np.ndarray:
-        """C SGD steps of client i from the global model; returns ``u_i = x_i^C - x``."""
-        params = self.params
-        lo, n = int(self.offsets[i]), int(self.counts[i])
-        for _ in range(LOCAL_STEPS):
-            rows = lo + self.rng.integers(0, n, size=BATCH_SIZE)
-            params = self.sgd_step(params, self.x_rows[rows], self.y_rows[rows])
-        flat, _ = ravel_pytree(params)
-        return np.asarray(flat) - self.flat
-
     def round(self, r: int) -> None:
         cohort = self.select(self.available(r))  # L6
         self.last_round[cohort] = r  # L7
@@ -179,8 +152,7 @@ class ReferenceFedLaAvg:
             change += update - self.latest[i]
             self.latest[i] = update
         self.mean_update += change / self.num_clients  # L9
-        self.flat = self.flat + self.mean_update  # L10, server_lr = 1
-        self.params = jax.block_until_ready(self.unravel(jnp.asarray(self.flat)))
+        self.set_model(self.flat + self.mean_update)  # L10, server_lr = 1
 
 
 def run_reference(

@@ -60,15 +60,12 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-from _common import machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
-from jax.flatten_util import ravel_pytree
+from _common import ClientLoop, machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
 from peers.export_partition import DEFAULT_OUT as DEFAULT_PARTITION
 from peers.export_partition import partition_arrays, summary, write_npz
 
@@ -154,7 +151,7 @@ def ours_loss_at(task: fa.Task, fd: fa.FederatedData, rounds: list[int]) -> dict
     return {str(r): float(losses[int(np.flatnonzero(column == r)[0])]) for r in sorted(rounds)}
 
 
-class ReferenceFedAvg:
+class ReferenceFedAvg(ClientLoop):
     """FedAvg run client by client, as FedJAX's jit backend / PyTorch FL code do.
 
     Host-side (numpy): uniform selection of K distinct clients, batch sampling (B rows with
@@ -163,40 +160,15 @@ class ReferenceFedAvg:
     """
 
     def __init__(self, task: fa.Task, fd: fa.FederatedData, seed: int = SEED):
-        self.x_rows = np.asarray(fd.arrays["x"])
-        self.y_rows = np.asarray(fd.arrays["y"])
-        self.offsets = np.asarray(fd.offsets)
-        self.counts = np.asarray(fd.counts)
-        self.num_clients = fd.num_clients
-        self.rng = np.random.default_rng(seed)
-
-        self.params = task.init(jax.random.PRNGKey(seed))
-        flat, self.unravel = ravel_pytree(self.params)
-        self.flat = np.asarray(flat, np.float32)  # global model x, [P]
-
-        def sgd_step(params: Any, x_batch: jax.Array, y_batch: jax.Array) -> Any:
-            grads = jax.grad(task.loss)(params, {"x": x_batch, "y": y_batch})
-            return jax.tree.map(lambda p, g: p - CLIENT_LR * g, params, grads)
-
-        self.sgd_step: Callable[..., Any] = jax.jit(sgd_step)
-
-    def local_update(self, i: int) -> np.ndarray:
-        """C SGD steps of client i from the global model; returns ``u_i = x_i^C - x``."""
-        params = self.params
-        lo, n = int(self.offsets[i]), int(self.counts[i])
-        for _ in range(LOCAL_STEPS):
-            rows = lo + self.rng.integers(0, n, size=BATCH_SIZE)
-            params = self.sgd_step(params, self.x_rows[rows], self.y_rows[rows])
-        flat, _ = ravel_pytree(params)
-        return np.asarray(flat) - self.flat
+        super().__init__(task, fd, seed=seed, steps=LOCAL_STEPS, batch_size=BATCH_SIZE,
+                         lr=CLIENT_LR)
 
     def round(self) -> None:
         cohort = self.rng.choice(self.num_clients, CLIENTS_PER_ROUND, replace=False)
         total = np.zeros_like(self.flat)
         for i in cohort:
             total += self.local_update(int(i))
-        self.flat = self.flat + SERVER_LR * total / CLIENTS_PER_ROUND
-        self.params = jax.block_until_ready(self.unravel(jnp.asarray(self.flat)))
+        self.set_model(self.flat + SERVER_LR * total / CLIENTS_PER_ROUND)
 
 
 def run_loop(task: fa.Task, fd: fa.FederatedData, rounds: int) -> dict[str, Any]:
