@@ -24,6 +24,11 @@ Measured, one after the other in this one run (nothing else of the benchmark run
 * **fedjax**: ``benchmarks/peers/fedjax_fedavg.py`` in the FedJAX 0.0.17 venv (stock
   ``fed_avg.federated_averaging``, ``UniformGetClientSampler``, the default jit backend):
   ``--fedjax-rounds`` rounds after one warm-up round, each timed to ``block_until_ready``.
+* **fedjax_modern**: the same script and stock FedJAX 0.0.17 code on this project's own (current)
+  JAX, with ``--fedjax-modern-site`` (``benchmarks/peers/setup.sh fedjax-modern``) first on
+  ``PYTHONPATH``: it holds FedJAX, dm-haiku 0.0.17, jmp and tabulate, and a ``sitecustomize``
+  putting back the ``jax.tree_map``-style aliases JAX removed (``peers/jax_compat``). A newer
+  JAX dispatches FedJAX's many small jitted calls faster; this is also how FedJAX ran on the GPU.
 * **flower**: ``benchmarks/peers/flower_fedavg.py`` in the Flower venv (``run_simulation`` with
   1000 virtual clients on the Ray backend, the stock FedAvg strategy sampling 10 %, each client
   a numpy logistic regression): ``--flower-rounds`` rounds after one warm-up round, timed on the
@@ -46,6 +51,7 @@ Usage::
 
     python benchmarks/peer_comparison.py [--rounds 200] [--repeats 2] [--loop-rounds 5]
         [--fedjax-rounds 20] [--flower-rounds 5] [--fedjax-python PY] [--flower-python PY]
+        [--fedjax-modern-site DIR]
         [--flower-cpus-per-client 1] [--partition PATH.npz] [--data-dir DIR]
         [--out benchmarks/results/peer_comparison.json] [--quick]
 """
@@ -77,6 +83,7 @@ PEERS_DIR = REPO_ROOT / "benchmarks" / "peers"
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "peer_comparison.json"
 DEFAULT_FEDJAX_PYTHON = Path("/work/venvs/fedjax/bin/python")
 DEFAULT_FLOWER_PYTHON = Path("/work/venvs/flower/bin/python")
+DEFAULT_FEDJAX_MODERN_SITE = Path("/work/venvs/fedjax_modern_site")
 
 # FedLaAvg's MNIST setting, run with FedAvg and every client always available.
 NUM_CLIENTS = 1000
@@ -89,7 +96,6 @@ SEED = 0
 
 TARGET_SPEEDUP_VS_FEDJAX = 30.0
 TARGET_SPEEDUP_VS_FLOWER = 300.0
-PEERS = ("fedjax", "flower")
 
 
 def default_data_dir() -> Path:
@@ -225,16 +231,21 @@ def last_json_line(text: str) -> dict[str, Any] | None:
 
 
 def run_peer(name: str, python: Path, partition: Path, rounds: int, timeout: float,
-             extra: list[str] | None = None) -> dict[str, Any]:
-    """Runs ``benchmarks/peers/{name}_fedavg.py`` (with ``extra`` arguments) with ``python``;
-    returns its JSON figures, or ``{"status": "not run" | "failed", "reason": ...}``."""
-    script = PEERS_DIR / f"{name}_fedavg.py"
-    if not Path(python).exists():
-        return {"system": name, "status": "not run",
-                "reason": f"{python} does not exist (run benchmarks/peers/setup.sh)"}
-    command = [str(python), str(script), "--partition", str(partition), "--rounds", str(rounds),
-               *(extra or [])]
+             extra: list[str] | None = None, script: str | None = None,
+             site: Path | None = None) -> dict[str, Any]:
+    """Runs ``benchmarks/peers/{script or name}_fedavg.py`` (with ``extra`` arguments) with
+    ``python``, and ``site`` alone on ``PYTHONPATH`` if given; returns its JSON figures, or
+    ``{"status": "not run" | "failed", "reason": ...}``."""
+    script_path = PEERS_DIR / f"{script or name}_fedavg.py"
+    for needed in (python, site):
+        if needed is not None and not Path(needed).exists():
+            return {"system": name, "status": "not run",
+                    "reason": f"{needed} does not exist (run benchmarks/peers/setup.sh)"}
+    command = [str(python), str(script_path), "--partition", str(partition), "--rounds",
+               str(rounds), *(extra or [])]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    if site is not None:
+        env["PYTHONPATH"] = str(site)
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env,
@@ -275,6 +286,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="python of the FedJAX venv")
     parser.add_argument("--flower-python", type=Path, default=DEFAULT_FLOWER_PYTHON,
                         help="python of the Flower venv")
+    parser.add_argument("--fedjax-modern-site", type=Path, default=DEFAULT_FEDJAX_MODERN_SITE,
+                        help="FedJAX for this venv's JAX (setup.sh fedjax-modern)")
     parser.add_argument("--flower-cpus-per-client", type=float, default=1.0,
                         help="Ray CPUs per Flower ClientApp actor (1: two actors on 2 cores)")
     parser.add_argument("--peer-timeout", type=float, default=1800.0,
@@ -308,7 +321,9 @@ def print_table(payload: dict[str, Any]) -> None:
     cores = f"ours, {payload['ours_cores'].get('devices', '?')} devices"
     rows = [("ours (fa.simulate)", payload["ours"]), (cores, payload["ours_cores"]),
             ("per-client jit loop", payload["loop"]),
-            ("FedJAX 0.0.17", payload["fedjax"]), ("Flower", payload["flower"])]
+            ("FedJAX 0.0.17", payload["fedjax"]),
+            (f"FedJAX, JAX {jax.__version__}", payload["fedjax_modern"]),
+            ("Flower", payload["flower"])]
     print(f"{'system':<22} {'s/round':>10} {'ms/round':>10} {'rounds':>7} {'x ours':>9}  "
           "train loss after")
     ours = payload["ours"]["s_per_round"]
@@ -343,18 +358,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     print(f"ours: fa.simulate FedAvg, {args.rounds} rounds x {args.repeats} ...", flush=True)
     ours = run_ours(task, fd, args.rounds, args.repeats)
-    print(f"ours_cores: the same, cohort over {args.devices} CPU devices ...", flush=True)
-    ours_cores = run_ours_on_cores(args, data_dir)
+    if jax.default_backend() == "cpu":
+        print(f"ours_cores: the same, cohort over {args.devices} CPU devices ...", flush=True)
+        ours_cores = run_ours_on_cores(args, data_dir)
+    else:  # one accelerator: ours already runs the cohort in parallel on it
+        ours_cores = {"system": "ours_cores", "status": "not run",
+                      "reason": f"only for the CPU backend (this run: {jax.default_backend()})"}
     print(f"loop: per-client jit loop, 1 warm-up + {args.loop_rounds} rounds ...", flush=True)
     loop = run_loop(task, fd, args.loop_rounds)
     peers = {}
     flower_extra = ["--num-cpus-per-client", str(args.flower_cpus_per_client)]
-    for name, python, rounds, extra in (
-        ("fedjax", args.fedjax_python, args.fedjax_rounds, []),
-        ("flower", args.flower_python, args.flower_rounds, flower_extra),
+    for name, python, rounds, extra, script, site in (
+        ("fedjax", args.fedjax_python, args.fedjax_rounds, [], None, None),
+        ("fedjax_modern", Path(sys.executable), args.fedjax_rounds, [], "fedjax",
+         args.fedjax_modern_site),
+        ("flower", args.flower_python, args.flower_rounds, flower_extra, None, None),
     ):
         print(f"{name}: {python}, 1 warm-up + {rounds} rounds ...", flush=True)
-        peers[name] = run_peer(name, python, args.partition, rounds, args.peer_timeout, extra)
+        peers[name] = run_peer(name, python, args.partition, rounds, args.peer_timeout, extra,
+                               script, site)
         if peers[name]["status"] != "ok":
             print(f"  {name} {peers[name]['status']}: {peers[name]['reason']}", flush=True)
 

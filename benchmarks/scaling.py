@@ -30,7 +30,10 @@ Usage::
 
     python benchmarks/scaling.py [--parts n,k,tasks,flops] [--rounds 100] [--max-n 1000000]
                                  [--n-values 100,1000,...] [--algorithms fedavg,fedlaavg]
+                                 [--k-values 10,100,1000] [--tasks mlp,lenet5,...]
                                  [--quick] [--out results/scaling.json]
+
+The JSON is rewritten after every row, so a run cut short keeps the rows it finished.
 
 XLA:CPU keeps freed buffers in the process, so a run at N = 10^6 after smaller ones may be
 refused by the memory check; the README's N = 10^6 rows come from fresh processes
@@ -55,6 +58,7 @@ from fedjax_avail.local import flat_size
 
 OUT = Path(__file__).resolve().parent / "results" / "scaling.json"
 K, C, B = 100, 10, 5
+TASKS = ("logistic_regression", "mlp", "lenet5", "lstm")
 
 
 def _images(n: int, rows: int | None = None) -> fa.FederatedData:
@@ -92,7 +96,7 @@ def _peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def part_n(args, rows: list) -> None:
+def part_n(args, record) -> None:
     task = fa.tasks.logistic_regression(784, 10)
     size = flat_size(task.init(jax.random.PRNGKey(0)))
     sizes = [n for n in args.n_values if n <= args.max_n]
@@ -120,7 +124,7 @@ def part_n(args, rows: list) -> None:
                    "estimated_bytes": result.memory.get("estimated"),
                    "measured_bytes": result.memory.get("measured"),
                    "peak_rss_gb": _peak_rss_gb()}
-            rows.append(row)
+            record(row)
             ratio = row["measured_bytes"] / row["estimated_bytes"]
             print(f"N={n:>8} {name:9s} {row['table_dtype'] or '':9s} {spr * 1e3:8.2f} ms/round "
                   f"{row['client_steps_per_s']:9.0f} client steps/s  memory estimated "
@@ -130,16 +134,16 @@ def part_n(args, rows: list) -> None:
         del fd
 
 
-def part_k(args, rows: list) -> None:
+def part_k(args, record) -> None:
     task = fa.tasks.logistic_regression(784, 10)
     fd = _images(10_000)
-    for k in (10, 100, 1000):
+    for k in args.k_values:
         algorithm = fa.algorithms.FedAvg(clients_per_round=k, local_steps=C, batch_size=B,
                                          client_lr=0.01)
         result = _time(task, fd, algorithm, args.rounds, args.repeats)
         spr = result.timing["s_per_round"]
-        rows.append({"part": "k", "algorithm": "fedavg", "num_clients": 10_000, "k": k,
-                     "s_per_round": spr, "client_steps_per_s": k * C / spr})
+        record({"part": "k", "algorithm": "fedavg", "num_clients": 10_000, "k": k,
+                "s_per_round": spr, "client_steps_per_s": k * C / spr})
         print(f"N=10000 K={k:>5} fedavg {spr * 1e3:8.2f} ms/round "
               f"{k * C / spr:9.0f} client steps/s", flush=True)
 
@@ -168,8 +172,10 @@ def _step_flops(task, fd) -> float:
     return float((cost[0] if isinstance(cost, list) else cost)["flops"])
 
 
-def part_tasks(args, rows: list, matmul_flops: float | None) -> None:
+def part_tasks(args, record, matmul_flops: float | None) -> None:
     for name, (task, fd, k) in _tasks().items():
+        if name not in args.tasks:
+            continue
         flops = _step_flops(task, fd) * k * C
         for label, chunk in (("vmap", None), ("chunks_of_10", 10), ("lax_map", 1)):
             algorithm = fa.algorithms.FedAvg(clients_per_round=k, local_steps=C, batch_size=B,
@@ -182,7 +188,7 @@ def part_tasks(args, rows: list, matmul_flops: float | None) -> None:
                    "client_steps_per_s": k * C / spr, "round_flops": flops,
                    "flop_per_s": rate,
                    "fraction_of_matmul": rate / matmul_flops if matmul_flops else None}
-            rows.append(row)
+            record(row)
             share = f", {100 * row['fraction_of_matmul']:.1f}% of the matmul" if (
                 matmul_flops) else ""
             print(f"{name:20s} {label:13s} {spr * 1e3:9.2f} ms/round "
@@ -276,6 +282,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         default=["fedavg", "fedlaavg"], help="algorithms of the n part")
     parser.add_argument("--table-budget", type=float, default=8.0,
                         help="GB a float32 FedLaAvg table may take before bfloat16 is used")
+    parser.add_argument("--k-values", type=lambda v: [int(float(x)) for x in v.split(",")],
+                        default=[10, 100, 1000], help="K of the k part (comma-separated)")
+    parser.add_argument("--tasks", type=lambda v: v.split(","), default=list(TASKS),
+                        help="tasks of the tasks part (comma-separated)")
     parser.add_argument("--quick", action="store_true",
                         help="N <= 10^4, 10 rounds, 1 repeat (a smoke test of the script)")
     parser.add_argument("--out", type=Path, default=OUT)
@@ -295,13 +305,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"dense 2048x2048 float32 matmul: {matmul / 1e9:.1f} GFLOP/s; bare batched-einsum "
               f"SGD of the logistic-regression cohort (K={K}, C={C}, B={B}): "
               f"{bare * 1e3:.2f} ms/round", flush=True)
-    if "tasks" in parts:
-        part_tasks(args, rows, matmul)
-    if "k" in parts:
-        part_k(args, rows)
-    if "n" in parts:
-        part_n(args, rows)
-    write_json(args.out, {
+    payload = {
         "benchmark": "scaling",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(),
@@ -310,7 +314,20 @@ def main(argv: list[str] | None = None) -> None:
         "matmul_flop_per_s": matmul,
         "bare_einsum_s_per_round": bare,
         "rows": rows,
-    })
+    }
+
+    def record(row: dict) -> None:
+        """Keeps ``row`` and rewrites the JSON: a run cut short keeps every finished row."""
+        rows.append(row)
+        write_json(args.out, payload)
+
+    if "tasks" in parts:
+        part_tasks(args, record, matmul)
+    if "k" in parts:
+        part_k(args, record)
+    if "n" in parts:
+        part_n(args, record)
+    write_json(args.out, payload)
     if "n" in parts:
         plot(rows, args.out.with_suffix(".png"))
     print(f"wrote {args.out}")

@@ -4,17 +4,22 @@
 #   $FEDJAX_VENV (default /work/venvs/fedjax): FedJAX 0.0.17 on JAX 0.4.13 (the last JAX that
 #       FedJAX 0.0.17's code and its haiku / optax / chex pins run on).
 #   $FLOWER_VENV (default /work/venvs/flower): Flower with its Ray simulation engine, and numpy.
+#   $FEDJAX_MODERN_SITE (default /work/venvs/fedjax_modern_site): stock FedJAX 0.0.17 and its
+#       pure-Python dependencies for the project's own (current) JAX, put on PYTHONPATH with
+#       jax_compat/sitecustomize.py (the `fedjax_modern` row; also how FedJAX ran on the GPU).
 #
 # Both use python3.11 (override with $PYTHON). Idempotent: a venv whose packages already import
 # at the pinned versions is left as it is; otherwise it is created if missing and pip installs
 # the pins into it. Only PyPI is used.
 #
-# Usage: bash benchmarks/peers/setup.sh [fedjax|flower|all]   (default all)
+# Usage: bash benchmarks/peers/setup.sh [fedjax|flower|fedjax-modern|all]   (default all)
 set -euo pipefail
 
 PYTHON="${PYTHON:-python3.11}"
 FEDJAX_VENV="${FEDJAX_VENV:-/work/venvs/fedjax}"
 FLOWER_VENV="${FLOWER_VENV:-/work/venvs/flower}"
+FEDJAX_MODERN_SITE="${FEDJAX_MODERN_SITE:-/work/venvs/fedjax_modern_site}"
+MODERN_PYTHON="${MODERN_PYTHON:-.venv/bin/python}"  # the project's venv (run from the repo root)
 
 # Pins known to install and run together here (Linux x86_64, Python 3.11).
 FEDJAX_PINS=(
@@ -72,9 +77,19 @@ assert version('flwr') == '${FLOWER_VERSION}', 'version'"
 print(*(f'{p} {v(p)}' for p in ('flwr', 'ray', 'numpy')))"
 }
 
+setup_fedjax_modern() {
+  "$MODERN_PYTHON" -m pip install --quiet --no-deps --upgrade --target "$FEDJAX_MODERN_SITE" \
+    "fedjax==0.0.17" "dm-haiku==0.0.17" "jmp==0.0.4" "tabulate"
+  cp "$(dirname "$0")/jax_compat/sitecustomize.py" "$FEDJAX_MODERN_SITE/"
+  PYTHONPATH="$FEDJAX_MODERN_SITE" "$MODERN_PYTHON" -c "import fedjax, jax
+from importlib.metadata import version as v
+print('fedjax', v('fedjax'), 'on jax', jax.__version__)"
+}
+
 case "${1:-all}" in
   fedjax) setup_fedjax ;;
   flower) setup_flower ;;
-  all) setup_fedjax; setup_flower ;;
-  *) echo "usage: $0 [fedjax|flower|all]" >&2; exit 2 ;;
+  fedjax-modern) setup_fedjax_modern ;;
+  all) setup_fedjax; setup_flower; setup_fedjax_modern ;;
+  *) echo "usage: $0 [fedjax|flower|fedjax-modern|all]" >&2; exit 2 ;;
 esac
