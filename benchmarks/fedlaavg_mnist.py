@@ -42,6 +42,7 @@ from typing import Any
 import jax
 import numpy as np
 from _common import ClientLoop, machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+from peers._timing import round_figures
 
 import fedjax_avail as fa
 from fedjax_avail.evaluation import make_evaluator
@@ -168,18 +169,7 @@ def run_reference(
         t0 = time.perf_counter()
         reference.round(r)
         per_round.append(time.perf_counter() - t0)
-    elapsed = float(np.sum(per_round))
-    figures = {
-        "rounds_timed": ref_rounds,
-        "warmup_round_s": warmup,
-        "timed_s": elapsed,
-        "s_per_round": elapsed / ref_rounds,
-        "s_per_round_median": float(np.median(per_round)),
-        "s_per_round_min": float(np.min(per_round)),
-        "s_per_round_max": float(np.max(per_round)),
-        "rounds_run": ref_rounds + 1,
-    }
-    return figures, reference.params
+    return round_figures(per_round, warmup), reference.params
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -72,6 +72,7 @@ from typing import Any
 import jax
 import numpy as np
 from _common import ClientLoop, machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+from peers._timing import round_figures
 from peers.export_partition import DEFAULT_OUT as DEFAULT_PARTITION
 from peers.export_partition import partition_arrays, summary, write_npz
 
@@ -189,18 +190,7 @@ def run_loop(task: fa.Task, fd: fa.FederatedData, rounds: int) -> dict[str, Any]
         reference.round()
         per_round.append(time.perf_counter() - t0)
     loss = float(make_evaluator(task, fd.pooled())(reference.params)["loss"])
-    return {
-        "system": "loop",
-        "rounds_timed": rounds,
-        "rounds_run": rounds + 1,
-        "warmup_round_s": warmup,
-        "timed_s": float(np.sum(per_round)),
-        "s_per_round": float(np.mean(per_round)),
-        "s_per_round_median": float(np.median(per_round)),
-        "s_per_round_min": float(np.min(per_round)),
-        "s_per_round_max": float(np.max(per_round)),
-        "train_loss_after": loss,
-    }
+    return {"system": "loop", **round_figures(per_round, warmup), "train_loss_after": loss}
 
 
 def run_ours_on_cores(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:

@@ -196,16 +196,21 @@ def part_tasks(args, record, matmul_flops: float | None) -> None:
                   flush=True)
 
 
-def _matmul_flops(repeats: int = 20) -> float:
-    a = jax.random.normal(jax.random.PRNGKey(0), (2048, 2048), jnp.float32)
-    f = jax.jit(lambda x: x @ x)
-    f(a).block_until_ready()
+def _best_seconds(fn, arg, repeats: int) -> float:
+    """The fastest of ``repeats`` timed calls ``fn(arg)`` to ``block_until_ready``, after one
+    untimed call (compilation)."""
+    fn(arg).block_until_ready()
     best = np.inf
     for _ in range(repeats):
         t0 = time.perf_counter()
-        f(a).block_until_ready()
+        fn(arg).block_until_ready()
         best = min(best, time.perf_counter() - t0)
-    return 2 * 2048**3 / best
+    return best
+
+
+def _matmul_flops(repeats: int = 20) -> float:
+    a = jax.random.normal(jax.random.PRNGKey(0), (2048, 2048), jnp.float32)
+    return 2 * 2048**3 / _best_seconds(jax.jit(lambda x: x @ x), a, repeats)
 
 
 def _bare_einsum_s_per_round(repeats: int = 5, rounds: int = 50) -> float:
@@ -228,14 +233,7 @@ def _bare_einsum_s_per_round(repeats: int = 5, rounds: int = 50) -> float:
         return w + jnp.mean(wk - w, axis=0), None
 
     run = jax.jit(lambda w: jax.lax.scan(one_round, w, (x, y))[0])
-    w0 = jnp.zeros((10, 784), jnp.float32)
-    run(w0).block_until_ready()
-    best = np.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        run(w0).block_until_ready()
-        best = min(best, time.perf_counter() - t0)
-    return best / rounds
+    return _best_seconds(run, jnp.zeros((10, 784), jnp.float32), repeats) / rounds
 
 
 def plot(rows: list, path: Path) -> None:

@@ -47,6 +47,7 @@ import fedjax
 import haiku as hk
 import jax
 import numpy as np
+from _timing import round_figures  # benchmarks/peers/_timing.py, next to this script
 
 CLIENTS_PER_ROUND = 100  # K
 LOCAL_STEPS = 10  # C
@@ -137,14 +138,7 @@ def run(partition: str, rounds: int) -> dict[str, Any]:
     loss_s = time.perf_counter() - t0
     return {
         "system": "fedjax",
-        "rounds_timed": rounds,
-        "rounds_run": rounds + 1,
-        "warmup_round_s": warmup,
-        "timed_s": float(np.sum(per_round)),
-        "s_per_round": float(np.mean(per_round)),
-        "s_per_round_median": float(np.median(per_round)),
-        "s_per_round_min": float(np.min(per_round)),
-        "s_per_round_max": float(np.max(per_round)),
+        **round_figures(per_round, warmup),
         "train_loss_after": loss,
         "train_loss_s": loss_s,
         "load_s": load_s,

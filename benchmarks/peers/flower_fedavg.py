@@ -49,6 +49,7 @@ from typing import Any
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
 import numpy as np  # noqa: E402
+from _timing import round_figures  # noqa: E402 (benchmarks/peers/_timing.py, next to this script)
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict  # noqa: E402
 from flwr.clientapp import ClientApp  # noqa: E402
 from flwr.serverapp import Grid, ServerApp  # noqa: E402
@@ -193,17 +194,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if "round_s" not in SERVER_RESULT:
         raise RuntimeError("the ServerApp did not finish its rounds (see the log above)")
     round_s = SERVER_RESULT["round_s"]
-    timed = np.asarray(round_s[1:])
     figures = {
         "system": "flower",
-        "rounds_timed": args.rounds,
-        "rounds_run": args.rounds + 1,
-        "warmup_round_s": float(round_s[0]),
-        "timed_s": float(timed.sum()),
-        "s_per_round": float(timed.mean()),
-        "s_per_round_median": float(np.median(timed)),
-        "s_per_round_min": float(timed.min()),
-        "s_per_round_max": float(timed.max()),
+        **round_figures(round_s[1:], round_s[0]),
         "train_loss_after": SERVER_RESULT["train_loss_after"],
         "simulation_total_s": total,
         "num_clients": NUM_CLIENTS,

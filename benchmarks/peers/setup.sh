@@ -48,33 +48,32 @@ make_venv() {
   "$venv/bin/python" -m pip install --quiet "$@"
 }
 
-setup_fedjax() {
-  local probe="import fedjax, jax, haiku
-from importlib.metadata import version
-assert version('fedjax') == '0.0.17' and jax.__version__ == '0.4.13', 'versions'"
-  if check_venv "$FEDJAX_VENV" "$probe"; then
-    echo "fedjax venv ok: $FEDJAX_VENV"
+# ensure_venv NAME VENV PROBE "PACKAGE..." PIN...: leaves VENV alone if its python runs PROBE,
+# else creates it / installs the pins and checks PROBE again; then prints the PACKAGEs' versions.
+ensure_venv() {
+  local name="$1" venv="$2" probe="$3" packages="$4"; shift 4
+  if check_venv "$venv" "$probe"; then
+    echo "$name venv ok: $venv"
   else
-    make_venv "$FEDJAX_VENV" "${FEDJAX_PINS[@]}"
-    check_venv "$FEDJAX_VENV" "$probe" || { echo "fedjax venv check failed" >&2; exit 1; }
+    make_venv "$venv" "$@"
+    check_venv "$venv" "$probe" || { echo "$name venv check failed" >&2; exit 1; }
   fi
-  "$FEDJAX_VENV/bin/python" -c "from importlib.metadata import version as v
-print(*(f'{p} {v(p)}' for p in ('fedjax', 'jax', 'jaxlib', 'dm-haiku', 'optax', 'numpy')))"
+  "$venv/bin/python" -c "from importlib.metadata import version as v
+print(*(f'{p} {v(p)}' for p in '$packages'.split()))"
+}
+
+setup_fedjax() {
+  ensure_venv fedjax "$FEDJAX_VENV" "import fedjax, jax, haiku
+from importlib.metadata import version
+assert version('fedjax') == '0.0.17' and jax.__version__ == '0.4.13', 'versions'" \
+    "fedjax jax jaxlib dm-haiku optax numpy" "${FEDJAX_PINS[@]}"
 }
 
 setup_flower() {
-  local probe="import flwr, ray, numpy
+  ensure_venv flower "$FLOWER_VENV" "import flwr, ray, numpy
 from flwr.simulation import run_simulation
 from importlib.metadata import version
-assert version('flwr') == '${FLOWER_VERSION}', 'version'"
-  if check_venv "$FLOWER_VENV" "$probe"; then
-    echo "flower venv ok: $FLOWER_VENV"
-  else
-    make_venv "$FLOWER_VENV" "${FLOWER_PINS[@]}"
-    check_venv "$FLOWER_VENV" "$probe" || { echo "flower venv check failed" >&2; exit 1; }
-  fi
-  "$FLOWER_VENV/bin/python" -c "from importlib.metadata import version as v
-print(*(f'{p} {v(p)}' for p in ('flwr', 'ray', 'numpy')))"
+assert version('flwr') == '${FLOWER_VERSION}', 'version'" "flwr ray numpy" "${FLOWER_PINS[@]}"
 }
 
 setup_fedjax_modern() {
