@@ -18,6 +18,7 @@ from fedjax_avail import (
     tasks,
     testing,
 )
+from fedjax_avail._lock import DirectoryBusyError
 from fedjax_avail.data import FederatedData
 from fedjax_avail.engine import DivergenceError, Interrupted, Result, simulate
 from fedjax_avail.history import History
@@ -27,6 +28,7 @@ from fedjax_avail.tasks import Task
 __version__ = "0.1.0"
 
 __all__ = [
+    "DirectoryBusyError",
     "DivergenceError",
     "FederatedData",
     "History",

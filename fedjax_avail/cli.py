@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fedjax_avail import experiments
+from fedjax_avail._lock import DirectoryBusyError
 from fedjax_avail.engine import Interrupted
 from fedjax_avail.experiments._settings import optional
 
@@ -82,7 +83,19 @@ def _read_toml(path: Path) -> dict:
             table = tomllib.load(f)
     except tomllib.TOMLDecodeError as error:
         raise UserError(f"--config {path}: not valid TOML: {error}") from None
-    return table.get("settings", table)
+    except UnicodeDecodeError as error:
+        raise UserError(f"--config {path}: not valid TOML (TOML files are UTF-8 text; byte "
+                        f"{error.start} is not UTF-8)") from None
+    # Settings may be top-level keys, a [settings] table, or both (a key in both is an error).
+    nested = table.pop("settings", {})
+    if not isinstance(nested, dict):
+        raise UserError(f"--config {path}: 'settings' must be a table ([settings]), got "
+                        f"{nested!r}")
+    both = sorted(set(table) & set(nested))
+    if both:
+        raise UserError(f"--config {path}: {', '.join(both)} set both at the top level and "
+                        "in [settings]; set each once")
+    return {**table, **nested}
 
 
 def _toml(value: Any) -> str:
@@ -177,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {args.out}")
             return 0
         return _run(args)
-    except (UserError, ValueError, OSError, MemoryError, ImportError) as error:
+    except (UserError, ValueError, OSError, MemoryError, ImportError,
+            DirectoryBusyError) as error:
         print(f"fedjax-avail: error: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `fedjax-avail list | head`: stop quietly, as Python's docs advise

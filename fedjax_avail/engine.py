@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -26,15 +27,19 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 from fedjax_avail import _keys, inputs, memory
 from fedjax_avail import cohort as cohort_lib
 from fedjax_avail import runs as runs_lib
+from fedjax_avail._checks import Annotated, Count, Range, Seed, checked
 from fedjax_avail._interrupt import StopOnInterrupt
+from fedjax_avail._io import check_writable_dir
+from fedjax_avail._lock import DirectoryLock
 from fedjax_avail._progress import Progress
 from fedjax_avail.algorithms import Algorithm, RoundInput
 from fedjax_avail.availability import AvailabilityProcess, reports_of
-from fedjax_avail.checkpoint import RunCheckpointer, fingerprint
+from fedjax_avail.checkpoint import RunCheckpointer, run_settings
 from fedjax_avail.data import FederatedData
 from fedjax_avail.evaluation import make_client_evaluator, make_evaluator
 from fedjax_avail.fairness import fairness_metrics
@@ -149,6 +154,20 @@ def _compile(lowered: Any, runs: bool) -> Any:
     return lowered.compile()
 
 
+def _mesh_layout(mesh: Any) -> dict[str, int] | None:
+    """A mesh as its axes and sizes: what can change a result (not which devices)."""
+    return None if mesh is None else dict(mesh.shape)
+
+
+def _environment() -> dict[str, Any]:
+    """What outside the arguments can change a result: the JAX version, the backend and the
+    JAX flags that change random numbers or arithmetic."""
+    names = ("jax_default_prng_impl", "jax_threefry_partitionable", "jax_enable_x64",
+             "jax_default_matmul_precision")
+    return {"jax_version": jax.__version__, "backend": jax.default_backend(),
+            "jax_config": {name: getattr(jax.config, name, None) for name in names}}
+
+
 def _boundaries(done: int, rounds: int, every: tuple[int, ...]) -> list[int]:
     """Round counts at which chunks end: multiples of each of ``every``, and ``rounds``."""
     ends = {rounds}
@@ -157,25 +176,26 @@ def _boundaries(done: int, rounds: int, every: tuple[int, ...]) -> list[int]:
     return sorted(e for e in ends if e > done)
 
 
+@checked
 def simulate(
     task: Task,
     data: FederatedData,
     algorithm: Algorithm | Sequence[Algorithm],
     availability: AvailabilityProcess | Sequence[AvailabilityProcess],
-    rounds: int,
-    seed: int | Sequence[int] = 0,
-    eval_every: int = 20,
+    rounds: Annotated[int, Range(1, inputs.MAX_ROUNDS, high_open=True)],
+    seed: Seed | Sequence[Seed] | np.ndarray = 0,
+    eval_every: Count = 20,
     test_data: FederatedData | Mapping[str, np.ndarray] | None = None,
     *,
-    client_chunk: int | None = None,
-    eval_batch_size: int = 4096,
+    client_chunk: Count | None = None,
+    eval_batch_size: Count = 4096,
     progress: bool = False,
     desc: str | None = None,
-    checkpoint_dir: str | Path | None = None,
-    checkpoint_every: int | None = None,
+    checkpoint_dir: str | os.PathLike | None = None,
+    checkpoint_every: Count | None = None,
     check_memory: bool = True,
-    train_eval_examples: int | None = None,
-    mesh: Any = None,
+    train_eval_examples: Count | None = None,
+    mesh: Mesh | None = None,
 ) -> Result:
     """Runs ``rounds`` rounds of ``algorithm`` under ``availability``; round r uses mask r.
 
@@ -202,7 +222,10 @@ def simulate(
       desc: the progress bar's label.
       checkpoint_dir: save the run there (orbax) every ``checkpoint_every`` rounds and at the
         end; if it already holds a checkpoint of this same run, continue from the newest one
-        (bit-identical to an uninterrupted run). A checkpoint of a different run is an error.
+        (bit-identical to an uninterrupted run). A checkpoint of a different run is refused,
+        naming the settings that differ; a damaged checkpoint (checksums, :mod:`checkpoint`)
+        is skipped with a warning for the one before it. The run holds a lock on the
+        directory: a second run on it refuses at once.
       checkpoint_every: rounds between checkpoints (default ``eval_every``).
       check_memory: refuse a run whose predicted device memory
         (:func:`fedjax_avail.estimate_memory`) exceeds what is free.
@@ -235,9 +258,59 @@ def simulate(
         the round, and ``.result`` keeps the history so far. With several seeds the other runs
         finish first; ``.result`` is then the list of all results and the message names every
         seed that diverged and its round.
+      fedjax_avail.DirectoryBusyError: another running process holds ``checkpoint_dir``.
       Interrupted: Ctrl-C; the run stops at the next chunk boundary, saving a checkpoint when
         ``checkpoint_dir`` is set; ``.result`` keeps the history so far.
     """
+    if checkpoint_dir is None:
+        lock: Any = contextlib.nullcontext()
+    else:
+        checkpoint_dir = check_writable_dir(checkpoint_dir, "checkpoint_dir")
+        # One run per directory (the first process of a multi-process run holds it).
+        lock = (DirectoryLock(checkpoint_dir, "checkpoint_dir") if jax.process_index() == 0
+                else contextlib.nullcontext())
+    with lock:
+        return _simulate(
+            task=task,
+            data=data,
+            algorithm=algorithm,
+            availability=availability,
+            rounds=rounds,
+            seed=seed,
+            eval_every=eval_every,
+            test_data=test_data,
+            client_chunk=client_chunk,
+            eval_batch_size=eval_batch_size,
+            progress=progress,
+            desc=desc,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_every=checkpoint_every,
+            check_memory=check_memory,
+            train_eval_examples=train_eval_examples,
+            mesh=mesh)
+
+
+def _simulate(
+    task: Task,
+    data: FederatedData,
+    algorithm: Algorithm | Sequence[Algorithm],
+    availability: AvailabilityProcess | Sequence[AvailabilityProcess],
+    rounds: int,
+    seed: int | Sequence[int] = 0,
+    eval_every: int = 20,
+    test_data: FederatedData | Mapping[str, np.ndarray] | None = None,
+    *,
+    client_chunk: int | None = None,
+    eval_batch_size: int = 4096,
+    progress: bool = False,
+    desc: str | None = None,
+    checkpoint_dir: str | Path | None = None,
+    checkpoint_every: int | None = None,
+    check_memory: bool = True,
+    train_eval_examples: int | None = None,
+    mesh: Any = None,
+) -> Result:
+    """:func:`simulate`, its directory locked and checked."""
     start_time = time.perf_counter()
     count = runs_lib.run_count(seed, algorithm, availability)
     runs = count is not None
@@ -286,11 +359,14 @@ def simulate(
     params = carry[0].params
     checkpointer = None
     if checkpoint_dir is not None:
-        checkpointer = RunCheckpointer(checkpoint_dir, fingerprint(
-            algorithms if runs else algorithm, processes if runs else availability, task,
-            seeds if runs else seed, eval_every, data.arrays, data.counts, test_arrays,
-            jax.eval_shape(lambda: carry[0].params), jax.__version__,
-            jax.config.jax_default_prng_impl))
+        checkpointer = RunCheckpointer(checkpoint_dir, run_settings(
+            algorithm=algorithms if runs else algorithm,
+            availability=processes if runs else availability, task=task,
+            seed=seeds if runs else seed, eval_every=eval_every,
+            data=(data.arrays, data.counts), test_data=test_arrays,
+            train_eval_examples=train_eval_examples, eval_batch_size=eval_batch_size,
+            client_chunk=client_chunk, mesh=_mesh_layout(mesh),
+            model=jax.eval_shape(lambda: carry[0].params), **_environment()))
     chunk_shardings = {}
     if mesh is not None:
         from jax.sharding import NamedSharding, PartitionSpec
@@ -309,6 +385,8 @@ def simulate(
     else:
         device_data = jax.device_put(data)
     params = carry[0].params  # as placed: the evaluators are compiled for it
+    # Restored (and verified) before anything is compiled: a refused resume costs nothing.
+    restored = checkpointer.restore(jax.eval_shape(lambda: carry)) if checkpointer else None
     train_arrays = device_data.arrays
     if train_eval_examples is not None and train_eval_examples < data.num_examples:
         rows = (np.arange(train_eval_examples) * data.num_examples) // train_eval_examples
@@ -351,8 +429,8 @@ def simulate(
     done = 0
     measured: dict[str, int] = {"estimated": estimate.total}
 
-    restored = checkpointer.restore(jax.eval_shape(lambda: carry)) if checkpointer else None
     prepare = getattr(algorithm, "prepare", None)
+    prepared_ok = np.ones(count, bool)
     if prepare is not None and restored is None:  # once before round 0 (DivFL's gradients)
         t0 = time.perf_counter()
 
@@ -363,9 +441,16 @@ def simulate(
         placed = {} if mesh is None else dict(out_shardings=carry_shardings[0])
         with _mesh_context(mesh):
             # donated: the state may hold [N, P] tables, which must not exist twice
-            prepared = jax.jit(prepare_fn, donate_argnums=0, **placed)(carry[0], device_data)
-        carry = (jax.block_until_ready(prepared), *carry[1:])
+            prepare_exe = jax.jit(prepare_fn, donate_argnums=0, keep_unused=True,
+                                  **placed).lower(carry[0], device_data).compile()
+        analysis = prepare_exe.memory_analysis()
+        measured["working_set"] = sum(int(getattr(analysis, name, 0) or 0) for name in (
+            "temp_size_in_bytes", "output_size_in_bytes")) - int(
+                getattr(analysis, "alias_size_in_bytes", 0) or 0)
+        carry = (jax.block_until_ready(prepare_exe(carry[0], device_data)), *carry[1:])
         timing["prepare"] = time.perf_counter() - t0
+        prepared_ok = np.atleast_1d(_fetch(jax.jit(
+            cohort_lib.map_runs(_finite, (0,)) if runs else _finite)(carry[0])))
     if restored is not None:
         if restored.done > rounds:
             raise ValueError(f"checkpoint_dir holds this run after {restored.done} rounds, more "
@@ -448,6 +533,12 @@ def simulate(
                 raise diverged(f"{name(i)}the training loss of the initial model (round 0) is "
                                f"{row['train_loss']}: the task's init or loss gives NaN/Inf "
                                "before any training (check the model and the data)", 0)
+        if not prepared_ok.all():
+            bad = int(np.argmin(prepared_ok))
+            raise diverged(
+                f"{name(bad)}the state prepared before round 0 (e.g. DivFL's gradients of all "
+                "clients) holds NaN/Inf: a client's gradient or loss at the initial model is "
+                "not finite (check the model and the data); the run stopped in round 0", 0)
     bar = Progress(rounds, done, desc, progress)
     started_at = done
     every = (eval_every,) + ((checkpoint_every or eval_every,) if checkpointer else ())
@@ -480,8 +571,9 @@ def simulate(
                 bar.close()
                 histories[0].append({k: math.nan for k in histories[0].columns} | {"round": done})
                 raise diverged(
-                    f"the global model became NaN/Inf in round {stopped[0]} (the run diverged; "
-                    "try a smaller client_lr or server_lr, and check the data)", stopped[0])
+                    f"the global model or a state vector (e.g. a client's loss) became NaN/Inf "
+                    f"in round {stopped[0]} (the run diverged; try a smaller client_lr or "
+                    "server_lr, and check the data)", stopped[0])
             new_rows = evaluate(done) if end % eval_every == 0 or end == rounds else None
             bar.update(length, timing["run"], done - started_at,
                        new_rows[0]["train_loss"] if new_rows else None)

@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from fedjax_avail._checks import check_int, check_optional_int, is_int
-from fedjax_avail.availability import check_reports_forwarded
+from fedjax_avail._checks import check_int, check_optional_int, check_value, is_int
+from fedjax_avail.algorithms import Algorithm
+from fedjax_avail.availability import AvailabilityProcess, check_reports_forwarded
 from fedjax_avail.data import FederatedData
 from fedjax_avail.tasks import Task
 
@@ -59,11 +60,8 @@ def check_simulate_args(
         raise TypeError(f"task must be a fedjax_avail.Task, got {type(task).__name__}")
     if not isinstance(data, FederatedData):
         raise TypeError(f"data must be a FederatedData, got {type(data).__name__}")
-    for role, obj, methods in (("algorithm", algorithm, ("validate", "init", "round")),
-                               ("availability", availability, ("init", "step"))):
-        if not all(callable(getattr(obj, m, None)) for m in methods):
-            raise TypeError(f"{role} must have methods {', '.join(methods)}, got "
-                            f"{type(obj).__name__}")
+    check_value("algorithm", algorithm, Algorithm)
+    check_value("availability", availability, AvailabilityProcess)
     check_int("rounds", rounds, 1, MAX_ROUNDS)
     check_int("eval_every", eval_every)
     seeds = seed if isinstance(seed, (list, tuple)) else [seed]
@@ -93,15 +91,11 @@ def check_simulate_args(
 
 def check_algorithm(algorithm, num_clients: int) -> None:
     """An algorithm's own checks against N (``validate``)."""
-    if not all(callable(getattr(algorithm, m, None)) for m in ("validate", "init", "round")):
-        raise TypeError(f"algorithm must have methods validate, init, round, got "
-                        f"{type(algorithm).__name__}")
+    check_value("algorithm", algorithm, Algorithm)
     algorithm.validate(num_clients)
 
 
 def check_availability(availability) -> None:
     """An availability process's interface, and drop-outs not hidden in a wrapper."""
-    if not all(callable(getattr(availability, m, None)) for m in ("init", "step")):
-        raise TypeError(f"availability must have methods init, step, got "
-                        f"{type(availability).__name__}")
+    check_value("availability", availability, AvailabilityProcess)
     check_reports_forwarded(availability)

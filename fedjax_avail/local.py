@@ -10,6 +10,7 @@ one gradient and its loss on one minibatch (WKAFL Alg. 1): :func:`local_gradient
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax
@@ -17,6 +18,7 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from fedjax_avail import cohort as cohort_lib
+from fedjax_avail._checks import check_int
 from fedjax_avail.data import FederatedData, sample_rows
 from fedjax_avail.tasks import Task
 
@@ -138,53 +140,79 @@ def local_gradients(
     return _map_members(problem, one_member, params, starts, rows)
 
 
+FULL_BATCH_BLOCK = 256  # rows of one member held at once in a full-batch pass
+
+
+def block_width(max_count: int, block: int = FULL_BATCH_BLOCK) -> int:
+    """Rows per block of a full-batch pass: ``max_count`` when it fits in one block, else the
+    even split ``ceil(max_count / ceil(max_count / block)) <= block`` (the least padding)."""
+    check_int("max_count", max_count)
+    check_int("block", block)
+    blocks = -(-max_count // block)
+    return -(-max_count // blocks)
+
+
 def full_batch(
     problem: Problem, params, clients: jax.Array, *, with_grads: bool = True,
-    chunk: int | None = None,
+    chunk: int | None = None, block: int = FULL_BATCH_BLOCK,
 ) -> tuple[jax.Array | None, jax.Array]:
     """Each member's loss (and gradient) over **all** its examples at the global model.
 
     The quantities DivFL, SubTrunc and Power-of-Choice read (the client's full-batch gradient
-    ``grad f_i(w)`` and loss ``f_i(w)``, spec ``subtrunc_unionfl.md`` 1.5). Rows are padded to
-    the largest client (``data.max_count``) and masked, so the cost is K x max_count examples.
+    ``grad f_i(w) = (1 / n_i) sum_j grad l(w; z_ij)`` and loss ``f_i(w)``, spec
+    ``subtrunc_unionfl.md`` 1.5). Each member's rows are taken W at a time (W =
+    :func:`block_width` ``(data.max_count, block)``), the rows past its count masked, and the
+    sums of losses and gradients accumulated over ``ceil(n_i / W)`` blocks, so the rows held at
+    once are chunk x W whatever the largest client; a chunk loops as often as its own largest
+    member needs. When every client fits in one block (W = max_count) there is no loop.
 
     Args:
       problem, params, clients: as :func:`local_sgd`.
       with_grads: also the gradients (False: losses only).
       chunk: members computed at once (a ``lax.map`` of ``vmap`` s, bounding the activations
-        held to chunk x max_count examples); default ``problem.client_chunk``.
+        held to chunk x W examples); default ``problem.client_chunk``.
+      block: the most rows of one member held at once (static), >= 1.
 
     Returns:
       ``([K, P] flat gradients or None, [K] losses)``.
     """
+    width = block_width(problem.data.max_count, block)
     chunk = problem.client_chunk if chunk is None else chunk
     x0, unravel = ravel_pytree(params)
     data = jax.tree.map(jnp.asarray, problem.data)
-    width = problem.data.max_count
+    one_block = width == problem.data.max_count
     arrays = data.arrays
 
-    def member_loss(x, offset, count):
-        rows = offset + jnp.arange(width)
-        keep = jnp.arange(width) < count
-        rows = jnp.where(keep, rows, offset)
+    def block_loss(x, offset, count, start):  # summed over rows [start, start + W) of a member
+        index = start + jnp.arange(width)
+        keep = index < count
+        rows = jnp.where(keep, offset + index, offset)
         losses = jax.vmap(lambda row: problem.task.loss(
             unravel(x), {k: a[row][None] for k, a in arrays.items()}))(rows)
-        return jnp.sum(jnp.where(keep, losses, 0.0)) / count
+        return jnp.sum(jnp.where(keep, losses, 0.0))
+
+    value = jax.value_and_grad(block_loss) if with_grads else (
+        lambda *a: (block_loss(*a), None))
+
+    def one_member(offset, count):
+        if one_block:
+            total, grad = value(x0, offset, count, 0)
+        else:
+            def body(carry):
+                i, total, grad = carry
+                loss, g = value(x0, offset, count, i * width)
+                return i + 1, total + loss, None if g is None else grad + g
+
+            zero = None if not with_grads else jnp.zeros_like(x0)
+            _, total, grad = jax.lax.while_loop(
+                lambda carry: carry[0] * width < count, body, (0, jnp.float32(0.0), zero))
+        return (None if grad is None else grad / count), total / count
 
     offsets = cohort_lib.gather(data.offsets, clients)
     counts = cohort_lib.gather(data.counts, clients)
-    if not with_grads:
-        losses = cohort_lib.map_cohort(lambda o, c: member_loss(x0, o, c), offsets, counts,
-                                       chunk=chunk)
-        return None, losses
-
-    def one_member(offset, count):
-        loss, grad = jax.value_and_grad(member_loss)(x0, offset, count)
-        return grad, loss
-
     return cohort_lib.map_cohort(one_member, offsets, counts, chunk=chunk)
 
 
 def flat_size(params) -> int:
     """P, the number of parameters of a pytree."""
-    return int(sum(jnp.size(leaf) for leaf in jax.tree.leaves(params)))
+    return int(sum(math.prod(jnp.shape(leaf)) for leaf in jax.tree.leaves(params)))

@@ -96,7 +96,7 @@ def test_sigkill_mid_run_then_resume_is_bit_identical(uninterrupted, tmp_path):
 def test_an_unreadable_newest_checkpoint_falls_back_to_the_one_before(uninterrupted, tmp_path):
     _run(40, checkpoint_dir=tmp_path, checkpoint_every=20)
     shutil.rmtree(tmp_path / "40" / "carry")  # complete on disk once, then damaged
-    with pytest.warns(UserWarning, match="round 40 .* incomplete or unreadable"):
+    with pytest.warns(UserWarning, match="round 40 .* damaged"):
         resumed = _run(120, checkpoint_dir=tmp_path, checkpoint_every=20)
     _assert_same(resumed, uninterrupted)
 

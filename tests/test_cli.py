@@ -133,6 +133,10 @@ def test_config_file_settings_and_set_precedence(tmp_path, capsys):
     ("rounds = \n", "not valid TOML"),
     ("rounds = 2.5\n", "rounds"),
     ('algorithms = ["fedavg", "frobnicate"]\n', "frobnicate"),
+    ("algorithms = []\n", "setting algorithms must be a non-empty list"),
+    ("rounds = 5\n[settings]\nrounds = 6\n", "rounds set both at the top level and in "
+                                               "[settings]"),
+    ("settings = 3\n", "'settings' must be a table"),
 ])
 def test_bad_config_files_are_one_line_errors(tmp_path, capsys, text, expected):
     config = tmp_path / "small.toml"
@@ -248,3 +252,32 @@ def test_more_devices_than_jax_has_is_one_line(capsys, tmp_path):
     assert cli.main(["run", "--devices", "64", "--no-progress", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "devices=64" in err and "jax_num_cpu_devices" in err and "Traceback" not in err
+
+
+def test_top_level_keys_and_a_settings_table_are_both_read(tmp_path, capsys):
+    config = tmp_path / "both.toml"
+    config.write_text('rounds = 5\n[settings]\neval_every = 5\nalgorithms = ["fedavg"]\n')
+    assert cli.main(["run", "--config", str(config), "--dry-run"]) == 0
+    assert "fedavg                         5 rounds" in capsys.readouterr().out
+
+
+def test_a_config_file_that_is_not_utf8_names_config_and_the_file(tmp_path, capsys):
+    config = tmp_path / "latin1.toml"
+    config.write_bytes("desc = \"caf\u00e9\"\n".encode("latin-1"))
+    assert cli.main(["run", "--config", str(config), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert f"--config {config}: not valid TOML" in err and "UTF-8" in err
+
+
+def test_an_empty_algorithm_list_is_an_error_not_an_empty_run(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert cli.main(["run", "--set", "algorithms=", "--out", str(out)]) == 2
+    assert "setting algorithms must be a non-empty list" in capsys.readouterr().err
+    assert not (out / "metrics.csv").exists()
+
+
+def test_poc_d_out_of_range_names_the_setting(tmp_path, capsys):
+    assert cli.main(["run", "subtrunc-mnist", "--set", "poc_d=5", "--set",
+                     "algorithms=poc", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "setting poc_d" in err and "[10, 100]" in err and "got 5" in err

@@ -52,3 +52,17 @@ def test_a_run_that_cannot_fit_is_refused_before_allocating(monkeypatch):
     assert "per_client_tables: 31.4 GB" in str(info.value)
     assert "fewer clients or a smaller model" in str(info.value)
     assert sum(a.nbytes for a in jax.live_arrays()) - before < 10**6
+
+
+def test_bad_runs_and_data_are_refused_before_anything_is_shaped():
+    def init(key):
+        raise AssertionError("shaped before the arguments were checked")
+
+    task = fa.Task(init=init, loss=lambda params, batch: 0.0)
+    fd = fa.FederatedData(arrays={"x": np.zeros((2, 3), np.float32)},
+                          offsets=np.arange(2, dtype=np.int32), counts=np.ones(2, np.int32))
+    alg = fa.algorithms.FedAvg(clients_per_round=1)
+    with pytest.raises(ValueError, match=r"runs must be an integer >= 1, got 0"):
+        fa.estimate_memory(task, fd, alg, runs=0)
+    with pytest.raises(TypeError, match=r"data must be a FederatedData .*got dict"):
+        fa.estimate_memory(task, {"x": np.zeros((2, 3))}, alg)

@@ -22,7 +22,7 @@ from jax.flatten_util import ravel_pytree
 
 from fedjax_avail import clock as clock_lib
 from fedjax_avail import cohort as cohort_lib
-from fedjax_avail._checks import check_int, check_optional_int
+from fedjax_avail._checks import Count, check_int, check_optional_int
 from fedjax_avail.algorithms._base import Metrics, RoundInput
 
 
@@ -43,8 +43,8 @@ class AsyncParts:
     """
 
     durations: Any = dataclasses.field(default_factory=clock_lib.KofP)
-    concurrency: int | None = None
-    history: int | None = 256
+    concurrency: Count | None = None
+    history: Count | None = 256
     offline: str = "lost"
     table_dtype: str = "float32"
 
@@ -56,6 +56,13 @@ class AsyncParts:
         check_optional_int("concurrency", self.concurrency, low=events)
         check_optional_int("history", self.history)
         clock_lib.check_offline(self.offline)
+        if isinstance(self.durations, clock_lib.KofP) and (
+                self.concurrency is not None or self.offline != "lost"):
+            raise ValueError(
+                f"concurrency={self.concurrency!r} and offline={self.offline!r} apply to an event "
+                "clock (durations=Constant, Exponential or LogNormal); with durations=KofP() "
+                "every client always holds a model and K of the available ones report, so "
+                "leave concurrency=None and offline='lost'")
         cohort_lib.check_table_dtype(self.table_dtype)
 
     def _validate_async(self, events: int, num_clients: int) -> None:

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from fedjax_avail import clock as clock_lib
+from fedjax_avail._checks import Count, Fraction, NonNegative, Positive, check_fields
 from fedjax_avail.algorithms._async import AsyncParts, completions, record
 from fedjax_avail.algorithms._base import Metrics, RoundInput, check_local_training
 from fedjax_avail.algorithms._staleness import check_function, staleness_factor
@@ -46,18 +47,19 @@ class FedAsync(AsyncParts):
         ``Exponential(1.0)`` durations, every client working).
     """
 
-    local_steps: int = 10
-    batch_size: int = 5
-    client_lr: float = 0.01
-    mixing: float = 0.6
+    local_steps: Count = 10
+    batch_size: Count = 5
+    client_lr: Positive = 0.01
+    mixing: Fraction = 0.6
     staleness: str = "polynomial"
     staleness_a: float = 0.5
     staleness_b: float = 4.0
-    mu: float = 0.0
+    mu: NonNegative = 0.0
     durations: Any = dataclasses.field(default_factory=lambda: clock_lib.Exponential(1.0),
                                        kw_only=True)
 
     def __post_init__(self):
+        check_fields(self)
         check_local_training(1, self.local_steps, self.batch_size, self.client_lr, "client_lr")
         if not (math.isfinite(self.mixing) and 0 < self.mixing <= 1):
             raise ValueError(f"mixing must be in (0, 1], got {self.mixing!r}")

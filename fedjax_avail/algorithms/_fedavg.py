@@ -17,6 +17,7 @@ from fedjax_avail import clock as clock_lib
 from fedjax_avail import cohort as cohort_lib
 from fedjax_avail import selection as selection_lib
 from fedjax_avail import server
+from fedjax_avail._checks import Count, NonNegative, Positive, check_fields
 from fedjax_avail.algorithms._base import (
     Metrics,
     RoundInput,
@@ -65,18 +66,19 @@ class FedAvg:
       >>> alg = FedAvg(clients_per_round=10, local_steps=10, batch_size=5, client_lr=0.01)
     """
 
-    clients_per_round: int
-    local_steps: int = 10
-    batch_size: int = 5
-    client_lr: float = 0.01
-    server_lr: float = 1.0
+    clients_per_round: Count
+    local_steps: Count = 10
+    batch_size: Count = 5
+    client_lr: Positive = 0.01
+    server_lr: Positive = 1.0
     weighting: str = "uniform"
-    mu: float = 0.0
+    mu: NonNegative = 0.0
     server_optimizer: str = "sgd"
     durations: Any = None
     selection: Any = dataclasses.field(default_factory=selection_lib.Uniform)
 
     def __post_init__(self):
+        check_fields(self)
         check_local_training(
             self.clients_per_round, self.local_steps, self.batch_size, self.client_lr, "client_lr",
             self.server_lr,
@@ -151,9 +153,10 @@ class FedAvg:
 class FedSGD(FedAvg):
     """FedAvg with one local step (FedLaAvg P:L363: "a special case of FedAvg")."""
 
-    local_steps: int = 1
+    local_steps: Count = 1
 
     def __post_init__(self):
+        check_fields(self)
         if self.local_steps != 1:
             raise ValueError(f"FedSGD has local_steps=1, got {self.local_steps}; use FedAvg")
         super().__post_init__()
@@ -166,7 +169,7 @@ class FedProx(FedAvg):
     ``mu`` defaults to 1.0, FedLaAvg's MNIST setting (P:L365); ``mu=0`` is exactly FedAvg.
     """
 
-    mu: float = 1.0
+    mu: NonNegative = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,5 +179,5 @@ class FedAdam(FedAvg):
     ``server_lr`` defaults to 0.01, Adam's b1=0.9, b2=0.99, eps=1e-3 (Reddi et al. Sec. 5).
     """
 
-    server_lr: float = 0.01
+    server_lr: Positive = 0.01
     server_optimizer: str = "adam"

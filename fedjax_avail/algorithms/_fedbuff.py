@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from fedjax_avail import clock as clock_lib
 from fedjax_avail import server
+from fedjax_avail._checks import Count, Positive, check_fields
 from fedjax_avail.algorithms._async import AsyncParts, completions, record
 from fedjax_avail.algorithms._base import Metrics, RoundInput, check_local_training
 from fedjax_avail.algorithms._staleness import staleness_factor
@@ -56,16 +57,17 @@ class FedBuff(AsyncParts):
       ...                       concurrency=100, durations=fa.clock.Exponential(1.0))
     """
 
-    buffer_size: int
-    local_steps: int = 10
-    batch_size: int = 5
-    client_lr: float = 0.01
-    server_lr: float | None = None
+    buffer_size: Count
+    local_steps: Count = 10
+    batch_size: Count = 5
+    client_lr: Positive = 0.01
+    server_lr: Positive | None = None
     staleness_weight: str | None = None
     durations: Any = dataclasses.field(default_factory=lambda: clock_lib.Exponential(1.0),
                                        kw_only=True)
 
     def __post_init__(self):
+        check_fields(self)
         check_local_training(self.buffer_size, self.local_steps, self.batch_size,
                              self.client_lr, "client_lr", self.server_lr)
         if self.staleness_weight not in WEIGHTS:

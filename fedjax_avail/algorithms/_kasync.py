@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from fedjax_avail import clock as clock_lib
 from fedjax_avail import server
+from fedjax_avail._checks import Count, Positive, check_fields
 from fedjax_avail.algorithms._async import AsyncParts, completions, record
 from fedjax_avail.algorithms._base import Metrics, RoundInput, check_local_training
 from fedjax_avail.algorithms._staleness import exponential_weights
@@ -59,12 +60,13 @@ class KAsyncSGD(AsyncParts):
       ...                         durations=fa.clock.KofP())
     """
 
-    clients_per_round: int
-    batch_size: int = 4
-    client_lr: float = 0.005
+    clients_per_round: Count
+    batch_size: Count = 4
+    client_lr: Positive = 0.005
     weighting: str = "uniform"
 
     def __post_init__(self):
+        check_fields(self)
         check_local_training(self.clients_per_round, 1, self.batch_size, self.client_lr,
                              "client_lr")
         if self.weighting not in WEIGHTINGS:
@@ -104,7 +106,7 @@ class KAsyncSGD(AsyncParts):
 class TWAFL(KAsyncSGD):
     """Temporally weighted K-async FL: normalised ``(e/2)^(-tau)`` weights (P:L412-416)."""
 
-    client_lr: float = 0.0005
+    client_lr: Positive = 0.0005
     weighting: str = "exponential"
 
 

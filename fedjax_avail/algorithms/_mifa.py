@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from fedjax_avail import cohort as cohort_lib
 from fedjax_avail import selection, server
+from fedjax_avail._checks import Count, Positive, check_fields
 from fedjax_avail.algorithms._base import (
     Metrics,
     RoundInput,
@@ -86,16 +87,17 @@ class MIFA:
       Unavailability". NeurIPS 2021. arXiv:2106.04159.
     """
 
-    clients_per_round: int
-    local_steps: int = 10
-    batch_size: int = 5
-    client_lr: float = 0.01
-    server_lr: float = 1.0
+    clients_per_round: Count
+    local_steps: Count = 10
+    batch_size: Count = 5
+    client_lr: Positive = 0.01
+    server_lr: Positive = 1.0
     lr_decay: bool = True
     start: str = "after_all_seen"
     table_dtype: str = "float32"
 
     def __post_init__(self):
+        check_fields(self)
         check_local_training(
             self.clients_per_round, self.local_steps, self.batch_size, self.client_lr, "client_lr",
             self.server_lr,

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 
 from fedjax_avail import server
+from fedjax_avail._checks import Count, Positive, check_fields
 from fedjax_avail.algorithms._base import Metrics, RoundInput, check_local_training
 from fedjax_avail.local import Problem, local_sgd
 
@@ -32,12 +33,13 @@ class SequentialSGD:
       lr: step size, > 0.
     """
 
-    clients_per_round: int
-    local_steps: int = 10
-    batch_size: int = 5
-    lr: float = 0.01
+    clients_per_round: Count
+    local_steps: Count = 10
+    batch_size: Count = 5
+    lr: Positive = 0.01
 
     def __post_init__(self):
+        check_fields(self)
         check_local_training(
             self.clients_per_round, self.local_steps, self.batch_size, self.lr, "lr"
         )

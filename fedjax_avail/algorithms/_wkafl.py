@@ -38,7 +38,16 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_avail import server
-from fedjax_avail._checks import check_int
+from fedjax_avail._checks import (
+    Annotated,
+    Count,
+    Index,
+    NonNegative,
+    Positive,
+    Range,
+    check_fields,
+    check_int,
+)
 from fedjax_avail.algorithms._async import AsyncParts, completions, record
 from fedjax_avail.algorithms._base import Metrics, RoundInput, check_local_training
 from fedjax_avail.algorithms._staleness import exponential_weights
@@ -93,17 +102,17 @@ class WKAFL(AsyncParts):
       Zhou, Li, Ren, Yang. IEEE TPDS 2022, arXiv:2203.01214; code github.com/zzh816/WKAFL-code.
     """
 
-    clients_per_round: int
-    batch_size: int = 4
-    client_lr: float = 0.005
-    alpha: float = 0.1
-    clip: float = 100.0
-    relative_clip: float = 10.0
-    sim_min: float = 0.3
-    beta: float = 10.0
-    gamma: float = 0.1
+    clients_per_round: Count
+    batch_size: Count = 4
+    client_lr: Positive = 0.005
+    alpha: NonNegative = 0.1
+    clip: Positive = 100.0
+    relative_clip: Positive = 10.0
+    sim_min: Annotated[float, Range(-1, 1)] = 0.3
+    beta: NonNegative = 10.0
+    gamma: NonNegative = 0.1
     stage_switch: str = "round"
-    switch_round: int = 1000
+    switch_round: Index = 1000
     loss_threshold: float = 0.0
     loss_reduction: str = "mean"
     momentum_source: str = "aggregate"
@@ -113,6 +122,7 @@ class WKAFL(AsyncParts):
     clipping: bool = True
 
     def __post_init__(self):
+        check_fields(self)
         check_local_training(self.clients_per_round, 1, self.batch_size, self.client_lr,
                              "client_lr")
         for name, low in (("alpha", 0.0), ("beta", 0.0), ("gamma", 0.0)):

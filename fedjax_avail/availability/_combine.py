@@ -8,6 +8,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from fedjax_avail._checks import check_fields
 from fedjax_avail.availability._dropout import reports_of
 from fedjax_avail.availability._process import AvailabilityProcess, State
 
@@ -41,6 +42,7 @@ class Combined:
     forwards_reports = True  # its reports() are its children's (see _dropout._drops_out)
 
     def __post_init__(self):
+        check_fields(self)
         if self.mode not in _MODES:
             raise ValueError(f"mode must be one of {tuple(_MODES)}, got {self.mode!r}")
         if not isinstance(self.processes, tuple) or len(self.processes) == 0:

@@ -18,6 +18,7 @@ import dataclasses
 
 import jax
 
+from fedjax_avail._checks import Probability, check_fields, checked
 from fedjax_avail.availability._process import AvailabilityProcess, State
 
 _REPORTS_STREAM = 0x5D0  # folded into the availability key; the wrapped process keeps its own
@@ -44,9 +45,10 @@ class Dropout:
     """
 
     process: AvailabilityProcess
-    q: float
+    q: Probability
 
     def __post_init__(self):
+        check_fields(self)
         if not 0.0 <= self.q <= 1.0:
             raise ValueError(f"q must be a probability in [0, 1], got {self.q!r}")
 
@@ -64,7 +66,8 @@ class Dropout:
         return reports if inner is None else reports & inner
 
 
-def dropout(process: AvailabilityProcess, q: float) -> Dropout:
+@checked
+def dropout(process: AvailabilityProcess, q: Probability) -> Dropout:
     """``process`` with drop-out probability ``q`` for selected clients (see :class:`Dropout`)."""
     return Dropout(process, q)
 

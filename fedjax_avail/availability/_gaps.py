@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedjax_avail._checks import Count, Seed, checked
 from fedjax_avail.availability._process import AvailabilityProcess
 from fedjax_avail.availability._sample import sample
 
 
+@checked
 def minimal_availability(
-    process: AvailabilityProcess, num_clients: int, steps: int, seed: int = 0
+    process: AvailabilityProcess, num_clients: Count, steps: Count, seed: Seed = 0
 ) -> int:
     """The smallest E such that every client is available in every E consecutive sampled steps.
 

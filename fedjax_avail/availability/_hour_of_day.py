@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_avail._checks import is_int
+from fedjax_avail._checks import Annotated, Count, Range, check_fields, is_int
 from fedjax_avail.availability._process import State
 
 HOURS_PER_DAY = 24
@@ -46,11 +46,12 @@ class HourOfDay:
       >>> process = HourOfDay(start_hour=np.array([22, 0, 9]), hours=8, rounds_per_hour=5)
     """
 
-    start_hour: int | np.ndarray
-    hours: int = 8
-    rounds_per_hour: int = 1
+    start_hour: Annotated[int | np.ndarray, Range(0, 23)]
+    hours: Annotated[int, Range(1, 24)] = 8
+    rounds_per_hour: Count = 1
 
     def __post_init__(self):
+        check_fields(self)
         start = np.asarray(self.start_hour)
         if start.ndim > 1 or start.size == 0 or not np.issubdtype(start.dtype, np.integer):
             raise ValueError(f"start_hour must be an int or a non-empty [N] integer vector in "

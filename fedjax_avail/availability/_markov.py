@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_avail import _bits
+from fedjax_avail._checks import Annotated, Range, check_fields
 from fedjax_avail.availability._process import State
 
 _INITIAL = ("stationary", "on", "off")
@@ -68,12 +69,13 @@ class Markov:
       >>> process = Markov(p_on=0.05, p_off=0.2)  # on 20% of the time, in bursts of ~5 steps
     """
 
-    p_on: float | np.ndarray
-    p_off: float | np.ndarray
+    p_on: Annotated[float | np.ndarray, Range(0, 1)]
+    p_off: Annotated[float | np.ndarray, Range(0, 1)]
     initial: str = "stationary"
     run_parameters = ("p_on", "p_off")  # held in the state: runs of one program may differ in them
 
     def __post_init__(self):
+        check_fields(self)
         p_on = _probabilities(self.p_on, "p_on")
         p_off = _probabilities(self.p_off, "p_off")
         if p_on.ndim == 1 and p_off.ndim == 1 and p_on.shape != p_off.shape:

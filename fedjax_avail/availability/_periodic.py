@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_avail._checks import is_int
+from fedjax_avail._checks import Annotated, Count, Range, check_fields, is_int
 from fedjax_avail.availability._process import State
 
 
@@ -25,10 +25,11 @@ class Periodic:
     makes the digit-0 clients available in rounds 0-99, the others in 100-199, and so on.
     """
 
-    groups: np.ndarray
-    period: int
+    groups: Annotated[np.ndarray, Range(0)]
+    period: Count
 
     def __post_init__(self):
+        check_fields(self)
         groups = np.asarray(self.groups)
         integer = np.issubdtype(groups.dtype, np.integer) or groups.dtype == bool
         if groups.ndim != 1 or groups.size == 0 or not integer:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fedjax_avail._checks import Count, Seed, checked
 from fedjax_avail.availability._combine import Combined
 from fedjax_avail.availability._gaps import longest_gap
 from fedjax_avail.availability._process import AvailabilityProcess
@@ -35,11 +36,12 @@ def _client_order(sort_by, masks: np.ndarray) -> np.ndarray:
     return np.argsort(keys, kind="stable")
 
 
+@checked
 def plot_availability(
     process: AvailabilityProcess,
-    num_clients: int,
-    steps: int,
-    seed: int = 0,
+    num_clients: Count,
+    steps: Count,
+    seed: Seed = 0,
     path: str | Path | None = None,
     sort_by: str | np.ndarray | None = None,
 ):

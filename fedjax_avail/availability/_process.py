@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_avail import _bits
+from fedjax_avail._checks import Annotated, Range, check_fields
 
 State = Any
 
@@ -60,10 +61,11 @@ class Bernoulli:
         (at ``init``).
     """
 
-    p: float | np.ndarray
+    p: Annotated[float | np.ndarray, Range(0, 1)]
     run_parameters = ("p",)  # held in the state: runs of one program may differ in them
 
     def __post_init__(self):
+        check_fields(self)
         p = np.asarray(self.p, np.float64)
         if p.ndim > 1 or not np.all((p >= 0) & (p <= 1)):
             raise ValueError(

@@ -6,15 +6,15 @@ import jax
 import numpy as np
 
 from fedjax_avail import _keys
+from fedjax_avail._checks import Count, Seed, checked
 from fedjax_avail.availability._process import AvailabilityProcess
 
 
+@checked
 def sample(
-    process: AvailabilityProcess, num_clients: int, steps: int, seed: int = 0
+    process: AvailabilityProcess, num_clients: Count, steps: Count, seed: Seed = 0
 ) -> np.ndarray:
     """``[steps, N]`` bool: the masks of rounds ``0..steps-1`` in ``simulate(..., seed=seed)``."""
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
     keys = _keys.run_keys(seed)
     state = process.init(keys.availability_init, num_clients)
 

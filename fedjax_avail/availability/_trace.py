@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_avail._checks import check_fields
 from fedjax_avail.availability._process import State
 
 
@@ -40,6 +41,7 @@ class Trace:
     cyclic: bool = True
 
     def __post_init__(self):
+        check_fields(self)
         table = np.asarray(self.mask_table)
         if table.ndim != 2 or table.shape[0] == 0 or table.shape[1] == 0:
             raise ValueError(f"mask_table must be [T, N] with T >= 1 and N >= 1, got shape "

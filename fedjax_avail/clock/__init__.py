@@ -45,8 +45,16 @@ def staleness_histogram(round_metrics) -> np.ndarray:
       round_metrics: ``Result.round_metrics`` of an asynchronous run (its ``applied_staleness``
         ``[R, K]``, -1 for empty slots), or that array itself.
     """
-    staleness = np.asarray(getattr(round_metrics, "get", lambda k: None)("applied_staleness")
-                           if hasattr(round_metrics, "get") else round_metrics)
+    if hasattr(round_metrics, "get"):
+        if "applied_staleness" not in round_metrics:
+            raise ValueError(
+                "round_metrics has no 'applied_staleness': staleness_histogram needs the "
+                "round_metrics of an asynchronous run (FedBuff, FedAsync, WKAFL, ...); a "
+                f"synchronous run records {sorted(round_metrics)}")
+        round_metrics = round_metrics["applied_staleness"]
+    staleness = np.asarray(round_metrics)
+    if staleness.dtype.kind not in "iu":
+        raise ValueError(f"applied_staleness must be an integer array, got {staleness.dtype}")
     staleness = staleness[staleness >= 0]
     return np.bincount(staleness.astype(np.int64)) if staleness.size else np.zeros(1, np.int64)
 

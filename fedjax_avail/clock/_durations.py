@@ -18,21 +18,65 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_avail._checks import check_positive, is_real
+from fedjax_avail._checks import Annotated, NonNegative, Positive, Range, check_fields
+
+# Durations a float32 virtual clock can add up: a job's duration (its 1e-6 and 1 - 1e-6
+# quantiles, divided by the fastest and slowest speed) must lie in [TINY, HUGE]; outside,
+# float32 underflows to 0 (one client then fills every update) or overflows to Inf.
+TINY, HUGE = 1e-30, 1e30
+_Z = 4.753  # the standard normal's 1 - 1e-6 quantile
+MAX_SPEED_RATIO = 2.0**20  # slowest / fastest: float32 time keeps 2^-4 of the fastest job
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Durations:
-    speed: np.ndarray | None = dataclasses.field(default=None, kw_only=True)  # [N] factors > 0
+    speed: Annotated[np.ndarray | None, Range(0, low_open=True)] = dataclasses.field(
+        default=None, kw_only=True)  # [N] factors > 0
 
     def __post_init__(self):
+        check_fields(self)
         if self.speed is not None:
             speed = np.asarray(self.speed, np.float64)
-            if speed.ndim != 1 or speed.size == 0 or not np.all(np.isfinite(speed) & (speed > 0)):
+            if speed.ndim != 1 or speed.size == 0:
                 raise ValueError(f"speed must be an [N] vector of finite factors > 0, got "
-                                 f"{speed.dtype} {speed.shape} with values in "
-                                 f"[{np.min(speed, initial=np.inf)}, "
-                                 f"{np.max(speed, initial=-np.inf)}]")
+                                 f"{speed.dtype} {speed.shape}")
+            if speed.max() > MAX_SPEED_RATIO * speed.min():
+                raise ValueError(
+                    f"speed factors must span at most a factor {MAX_SPEED_RATIO:g} (float32 "
+                    "virtual time loses a slow job's progress next to a fast one's), got "
+                    f"[{speed.min():.3g}, {speed.max():.3g}]")
+
+    def _check_span(self, low: float, high: float) -> None:
+        """Refuses durations float32 cannot hold: ``low``, ``high`` the draws' 1e-6 and
+        1 - 1e-6 quantiles before the speed factors."""
+        speed = np.ones(1) if self.speed is None else np.asarray(self.speed, np.float64)
+        shortest, longest = low / speed.max(), high / speed.min()
+        if not (shortest >= TINY and longest <= HUGE):
+            raise ValueError(
+                f"{type(self).__name__}{self._text()}: job durations would span "
+                f"[{shortest:.3g}, {longest:.3g}] virtual time units, outside [{TINY:g}, "
+                f"{HUGE:g}] (float32 time would underflow to 0 or overflow to Inf); rescale "
+                "the durations or the speed factors")
+
+    def _text(self) -> str:
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                  if f.name != "speed"}
+        return "(" + ", ".join(f"{k}={v!r}" for k, v in values.items()) + (
+            "" if self.speed is None else ", speed=[...]") + ")"
+
+    def _key(self) -> tuple:
+        speed = None if self.speed is None else np.asarray(self.speed, np.float64)
+        return (type(self), tuple(getattr(self, f.name) for f in dataclasses.fields(self)
+                                  if f.name != "speed"),
+                None if speed is None else (speed.shape, speed.tobytes()))
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when of the same kind with equal parameters and speed factors (so that runs
+        differing only elsewhere share their duration model)."""
+        return isinstance(other, _Durations) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     def speeds(self, num_clients: int) -> np.ndarray:
         """``[N]`` float32 speed factors (checked against N)."""
@@ -60,11 +104,11 @@ class Constant(_Durations):
       >>> fa.clock.Constant(1.0, speed=np.array([1.0, 0.5, 2.0]))  # client 1 is twice as slow
     """
 
-    duration: float = 1.0
+    duration: Positive = 1.0
 
     def __post_init__(self):
         super().__post_init__()
-        check_positive("duration", self.duration)
+        self._check_span(self.duration, self.duration)
 
     def _base(self, key, shape):
         del key
@@ -75,11 +119,11 @@ class Constant(_Durations):
 class Exponential(_Durations):
     """Job durations ~ Exponential with the given mean (divided by the client's speed)."""
 
-    mean: float = 1.0
+    mean: Positive = 1.0
 
     def __post_init__(self):
         super().__post_init__()
-        check_positive("mean", self.mean)
+        self._check_span(self.mean * 1e-6, self.mean * 6 * math.log(10))
 
     def _base(self, key, shape):
         return self.mean * jax.random.exponential(key, shape, jnp.float32)
@@ -93,14 +137,14 @@ class LogNormal(_Durations):
     ``mean`` whatever sigma (FLGo's and FedScale's heavy-tailed device latencies).
     """
 
-    mean: float = 1.0
-    sigma: float = 0.5
+    mean: Positive = 1.0
+    sigma: NonNegative = 0.5
 
     def __post_init__(self):
         super().__post_init__()
-        check_positive("mean", self.mean)
-        if not is_real(self.sigma) or self.sigma < 0:
-            raise ValueError(f"sigma must be a finite number >= 0, got {self.sigma!r}")
+        mu = math.log(self.mean) - self.sigma**2 / 2
+        self._check_span(math.exp(max(mu - _Z * self.sigma, -700)),
+                         math.exp(min(mu + _Z * self.sigma, 700)))
 
     def _base(self, key, shape):
         mu = math.log(self.mean) - self.sigma**2 / 2
@@ -125,8 +169,7 @@ class KofP:
     one_per_round: bool = False
 
     def __post_init__(self):
-        if not isinstance(self.one_per_round, bool):
-            raise ValueError(f"one_per_round must be True or False, got {self.one_per_round!r}")
+        check_fields(self)
 
 
 Durations = Constant | Exponential | LogNormal

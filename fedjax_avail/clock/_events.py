@@ -36,6 +36,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from fedjax_avail._checks import Count, check_fields
 from fedjax_avail.clock._durations import Durations
 from fedjax_avail.clock._store import Starts
 
@@ -85,9 +86,12 @@ class EventClock:
     """
 
     durations: Durations
-    concurrency: int | None
-    events: int
+    concurrency: Count | None
+    events: Count
     offline: str = "lost"
+
+    def __post_init__(self):
+        check_fields(self)
 
     def slots(self, num_clients: int) -> int:
         return num_clients if self.concurrency is None else self.concurrency

@@ -13,6 +13,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from fedjax_avail._checks import Count, check_fields
 from fedjax_avail.clock._events import Completions, _uniform_scores
 from fedjax_avail.clock._store import Starts
 
@@ -31,8 +32,11 @@ class KofPClock:
     a new round begins when no available client is left to draw.
     """
 
-    events: int
+    events: Count
     one_per_round: bool = False
+
+    def __post_init__(self):
+        check_fields(self)
 
     def init(self, num_clients: int) -> KofPState:
         n = num_clients

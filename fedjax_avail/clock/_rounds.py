@@ -14,6 +14,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from fedjax_avail._checks import check_fields
 from fedjax_avail.clock._durations import Durations
 from fedjax_avail.clock._events import add_time
 
@@ -28,6 +29,9 @@ class RoundClock:
     """The time of synchronous rounds under ``durations``."""
 
     durations: Durations
+
+    def __post_init__(self):
+        check_fields(self)
 
     def init(self, num_clients: int) -> RoundClockState:
         return RoundClockState(jnp.asarray(self.durations.speeds(num_clients)),

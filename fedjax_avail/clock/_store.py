@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_avail import cohort as cohort_lib
-from fedjax_avail._checks import check_int
+from fedjax_avail._checks import Count, check_fields, check_int
 
 
 class Starts(NamedTuple):
@@ -62,10 +62,11 @@ def _get(store, rows):
 class ModelHistory:
     """The last ``size`` global models, ``[H, P]``; version v lives in row ``v % H``."""
 
-    size: int = 256
+    size: Count = 256
     dtype: str = "float32"
 
     def __post_init__(self):
+        check_fields(self)
         check_int("history", self.size)
         cohort_lib.check_table_dtype(self.dtype)
 
@@ -88,6 +89,9 @@ class PerClientModels:
     """``[N, P]``: row i is the model client i's current job started from (exact, N x P)."""
 
     dtype: str = "float32"
+
+    def __post_init__(self):
+        check_fields(self)
 
     def init(self, x0: jax.Array, num_clients: int):
         return _filled(x0, num_clients, self.dtype)

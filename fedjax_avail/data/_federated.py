@@ -28,8 +28,10 @@ class FederatedData:
         images and ``y`` as int labels), rows grouped by client.
       offsets: ``[N]`` int32, the first row of each client.
       counts: ``[N]`` int32, the number of rows of each client (every client has at least one).
-      max_count: the largest client's row count (static metadata, set at construction): the
-        padded length of per-client full-batch computations (DivFL's client gradients).
+      max_count: the largest client's row count (static metadata, set at construction): it
+        sets the block width of per-client full-batch passes (DivFL's client gradients,
+        Power-of-Choice's losses; :func:`fedjax_avail.local.block_width`), which read at most
+        ``FULL_BATCH_BLOCK`` rows of a client at a time.
 
     Example:
       >>> fd = FederatedData.from_client_arrays([{"x": np.zeros((2, 3))}, {"x": np.ones((1, 3))}])

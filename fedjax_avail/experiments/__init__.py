@@ -8,6 +8,7 @@ from fedjax_avail.experiments._availability_sweep import (
 )
 from fedjax_avail.experiments._compare import compare_runs, read_histories, write_tensorboard
 from fedjax_avail.experiments._experiment import (
+    RESUMABLE,
     Experiment,
     RunOutcome,
     Setup,
@@ -83,6 +84,7 @@ __all__ = [
     "DEFAULT",
     "FEDLAAVG_MNIST",
     "REGISTRY",
+    "RESUMABLE",
     "Experiment",
     "RunOutcome",
     "Setup",

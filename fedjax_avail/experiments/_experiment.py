@@ -11,6 +11,7 @@ every algorithm, so a crash or Ctrl-C keeps what finished. Each algorithm checkp
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -26,6 +27,7 @@ import numpy as np
 from fedjax_avail import inputs, memory
 from fedjax_avail._checks import check_optional_int
 from fedjax_avail._io import atomic_write_text, check_writable_dir
+from fedjax_avail._lock import DirectoryLock
 from fedjax_avail._provenance import provenance
 from fedjax_avail.algorithms import Algorithm
 from fedjax_avail.availability import AvailabilityProcess
@@ -161,49 +163,82 @@ def run(
     check_optional_int("checkpoint_every", checkpoint_every)
     if out_dir is not None:
         out_dir = check_writable_dir(out_dir, "out_dir")
-    setup = experiment.build(config)
-    every = checkpoint_every or 10 * config["eval_every"]
-    seeds = list(config["seeds"]) if config.get("seeds") else None
-    meta = {"experiment": experiment.name, **config, "provenance": provenance()}
-    histories: dict[str, History] = {}
-    per_seed: dict[str, list[History]] = {}
-    summary = []
-
-    def record(name, status, results, start, stopped, plot):
-        nonlocal out_dir
-        per_seed[name] = [r.history for r in results]
-        histories[name] = mean_history(per_seed[name])
-        summary.append(_summary_row(name, status, results, setup, start, stopped, seeds))
+    # One run per output directory; the settings a resume must share are checked first.
+    lock = DirectoryLock(out_dir, "out_dir") if out_dir is not None else contextlib.nullcontext()
+    with lock:
         if out_dir is not None:
-            out_dir = _write(out_dir, meta, per_seed, summary, experiment, setup, plot, seeds)
+            _record_settings(out_dir, experiment.name, config, resume)
+        setup = experiment.build(config)
+        every = checkpoint_every or 10 * config["eval_every"]
+        seeds = list(config["seeds"]) if config.get("seeds") else None
+        meta = {"experiment": experiment.name, **config, "provenance": provenance()}
+        histories: dict[str, History] = {}
+        per_seed: dict[str, list[History]] = {}
+        summary = []
 
-    for name, algorithm in setup.algorithms.items():
-        checkpoints = None
-        if out_dir is not None:
-            checkpoints = out_dir / "checkpoints" / name
-            if not resume:
-                shutil.rmtree(checkpoints, ignore_errors=True)
-        start = time.perf_counter()
+        def record(name, status, results, start, stopped, plot):
+            nonlocal out_dir
+            per_seed[name] = [r.history for r in results]
+            histories[name] = mean_history(per_seed[name])
+            summary.append(_summary_row(name, status, results, setup, start, stopped, seeds))
+            if out_dir is not None:
+                out_dir = _write(out_dir, meta, per_seed, summary, experiment, setup, plot, seeds)
+
+        for name, algorithm in setup.algorithms.items():
+            checkpoints = None
+            if out_dir is not None:
+                checkpoints = out_dir / "checkpoints" / name
+                if not resume:
+                    shutil.rmtree(checkpoints, ignore_errors=True)
+            start = time.perf_counter()
+            try:
+                result = simulate(
+                    setup.task, setup.train, algorithm, setup.availability,
+                    rounds=setup.rounds_of(name, config), seed=seeds or config["seed"],
+                    eval_every=config["eval_every"],
+                    test_data=setup.test, progress=progress, desc=name,
+                    checkpoint_dir=checkpoints, checkpoint_every=every,
+                    train_eval_examples=config.get("train_eval_examples"), mesh=mesh,
+                )
+                status, stopped = "ok", None
+            except DivergenceError as error:
+                result, status, stopped = error.result, f"diverged: {error}", error.round
+            except Interrupted as interrupted:
+                results = _as_list(interrupted.result)
+                record(name, "interrupted", results, start,
+                       int(results[0].history.rows[-1]["round"]), plot=True)
+                raise
+            last = len(per_seed) + 1 == len(setup.algorithms)
+            record(name, status, _as_list(result), start, stopped, plot=last)
+        return RunOutcome(histories, summary, out_dir)
+
+
+# Settings a resumed run may change: more rounds (never fewer: ``simulate`` refuses that), and
+# where the same data lives (its contents are in ``simulate``'s fingerprint).
+RESUMABLE = ("rounds", "data_dir")
+
+
+def _record_settings(out_dir: Path, name: str, config: Mapping[str, Any], resume: bool) -> None:
+    """Writes ``checkpoints/settings.json``; with ``resume``, first refuses settings that
+    differ from the recorded ones (naming them), before anything is loaded or compiled."""
+    path = out_dir / "checkpoints" / "settings.json"
+    now = json.loads(json.dumps({"experiment": name, **{
+        k: v for k, v in config.items() if k not in RESUMABLE}}, default=str))
+    if resume and path.exists():
         try:
-            result = simulate(
-                setup.task, setup.train, algorithm, setup.availability,
-                rounds=setup.rounds_of(name, config), seed=seeds or config["seed"],
-                eval_every=config["eval_every"],
-                test_data=setup.test, progress=progress, desc=name,
-                checkpoint_dir=checkpoints, checkpoint_every=every,
-                train_eval_examples=config.get("train_eval_examples"), mesh=mesh,
-            )
-            status, stopped = "ok", None
-        except DivergenceError as error:
-            result, status, stopped = error.result, f"diverged: {error}", error.round
-        except Interrupted as interrupted:
-            results = _as_list(interrupted.result)
-            record(name, "interrupted", results, start,
-                   int(results[0].history.rows[-1]["round"]), plot=True)
-            raise
-        last = len(per_seed) + 1 == len(setup.algorithms)
-        record(name, status, _as_list(result), start, stopped, plot=last)
-    return RunOutcome(histories, summary, out_dir)
+            then = json.loads(path.read_text())
+        except ValueError:
+            raise ValueError(f"--resume: {path} is damaged (not JSON); delete {out_dir} "
+                             "/checkpoints to start afresh") from None
+        differ = sorted(k for k in {*now, *then} if now.get(k) != then.get(k))
+        if differ:
+            raise ValueError(
+                f"--resume: {out_dir} holds a run with different settings: " + ", ".join(
+                    f"{k} (was {then.get(k)!r}, now {now.get(k)!r})" for k in differ)
+                + "; resume with the same settings, or choose another --out (or omit "
+                "--resume to start afresh)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(now, indent=2, sort_keys=True) + "\n")
 
 
 def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None) -> list[dict]:

@@ -65,6 +65,9 @@ RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
               lambda v: isinstance(v, tuple) and all(is_int(x) and 0 <= x < 2**32 for x in v)
               and len(set(v)) == len(v)),
     "train_eval_examples": _int(1),
+    "algorithms": ("a non-empty list of algorithm names, e.g. --set algorithms=fedavg,fedlaavg",
+                   lambda v: isinstance(v, tuple) and len(v) > 0
+                   and all(isinstance(x, str) and x for x in v)),
     "table_dtype": ("one of 'float32', 'bfloat16', 'int8'",
                     lambda v: v in ("float32", "bfloat16", "int8")),
 }
@@ -91,6 +94,13 @@ def check_settings(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> No
         if not ok(value):
             prefix = "None or " if optional(defaults, key) else ""
             raise ValueError(f"setting {key} must be {prefix}{allowed}, got {value!r}")
+    if config.get("poc_d") is not None and "num_clients" in config:
+        n = config["num_clients"]
+        k = clients_per_round(config) if "clients_per_round" in config else 1
+        if not k <= config["poc_d"] <= n:
+            raise ValueError(f"setting poc_d (Power-of-Choice's candidate count d) must be in "
+                             f"[clients_per_round, num_clients] = [{k}, {n}], got "
+                             f"{config['poc_d']}")
     if config.get("beta") is not None and "num_clients" in config:
         cohort = clients_per_round(config)
         if cohort < 1:

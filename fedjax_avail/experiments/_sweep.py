@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections.abc import Mapping
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fedjax_avail._io import atomic_write_text, check_writable_dir
+from fedjax_avail._lock import DirectoryLock
 from fedjax_avail._provenance import provenance
 from fedjax_avail.experiments._experiment import Experiment, RunOutcome, run
 from fedjax_avail.plotting import plot_grid, plot_histories
@@ -96,24 +98,27 @@ def run_sweep(
     shared = {**sweep.defaults, **dict(overrides or {})}
     if out_dir is not None:
         out_dir = check_writable_dir(out_dir, "out_dir")
-    outcomes = {}
-    for label, panel in panels.items():
-        panel_dir = None if out_dir is None else Path(out_dir) / _slug(label)
-        outcomes[label] = run(sweep.base, panel, panel_dir, progress,
-                              resume=resume, checkpoint_every=checkpoint_every, mesh=mesh)
-    if out_dir is not None:
-        summary = [{"setting": label, **row} for label, o in outcomes.items() for row in o.summary]
-        atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
-        atomic_write_text(out_dir / "config.json", json.dumps(
-            {"sweep": sweep.name, "overrides": shared, "settings": sweep.settings,
-             "provenance": provenance()}, indent=2, default=str) + "\n")
-        if sweep.overlay:
-            curves = {f"{label} ({name})": history for label, o in outcomes.items()
-                      for name, history in o.histories.items()}
-            plot_histories(curves, out_dir / "grid.png", title=sweep.description)
-        else:
-            plot_grid({label: o.histories for label, o in outcomes.items()},
-                      out_dir / "grid.png", title=sweep.description)
+    lock = DirectoryLock(out_dir, "out_dir") if out_dir is not None else contextlib.nullcontext()
+    with lock:  # one sweep per output directory (each panel also locks its own)
+        outcomes = {}
+        for label, panel in panels.items():
+            panel_dir = None if out_dir is None else Path(out_dir) / _slug(label)
+            outcomes[label] = run(sweep.base, panel, panel_dir, progress,
+                                  resume=resume, checkpoint_every=checkpoint_every, mesh=mesh)
+        if out_dir is not None:
+            summary = [{"setting": label, **row} for label, o in outcomes.items()
+                       for row in o.summary]
+            atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+            atomic_write_text(out_dir / "config.json", json.dumps(
+                {"sweep": sweep.name, "overrides": shared, "settings": sweep.settings,
+                 "provenance": provenance()}, indent=2, default=str) + "\n")
+            if sweep.overlay:
+                curves = {f"{label} ({name})": history for label, o in outcomes.items()
+                          for name, history in o.histories.items()}
+                plot_histories(curves, out_dir / "grid.png", title=sweep.description)
+            else:
+                plot_grid({label: o.histories for label, o in outcomes.items()},
+                          out_dir / "grid.png", title=sweep.description)
     return outcomes
 
 

@@ -29,13 +29,13 @@ proportional to their data size, the K with the highest local loss at the curren
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from fedjax_avail import cohort as cohort_lib
-from fedjax_avail._checks import check_int, is_real
+from fedjax_avail._checks import Count, NonNegative, Positive, check_fields, check_int, is_real
 from fedjax_avail.local import flat_size, full_batch
 from fedjax_avail.selection._facility import greedy
 
@@ -45,9 +45,20 @@ REFRESH = ("selected", "available")
 PHIS = ("log1p", "identity")
 
 
+def _poison(grads: jax.Array, losses: jax.Array) -> jax.Array:
+    """``losses`` ``[M]`` with NaN where the gradient row ``grads`` ``[M, P]`` holds NaN or Inf.
+
+    The engine checks the state's vectors for NaN/Inf every round but not its ``[N, P]``
+    tables (too costly), so a non-finite gradient stops the run in the round it appears
+    (``DivergenceError``) instead of silently steering the greedy to the lowest indices.
+    """
+    return jnp.where(jnp.all(jnp.isfinite(grads), axis=1), losses, jnp.nan)
+
+
 class FacilityState(NamedTuple):
     features: jax.Array  # [N, P] float32, each client's latest full-batch gradient
-    losses: jax.Array  # [N] float32, each client's latest full-batch loss
+    losses: jax.Array  # [N] float32, each client's latest full-batch loss; NaN if its gradient
+    # is not finite (the engine checks vectors every round, not [N, P] tables)
     last_selected: jax.Array  # [N] int32, the last round it reported in, -1 if never
 
 
@@ -58,7 +69,8 @@ class DivFL:
     Args:
       candidates: r, stochastic greedy's candidates per step (10, the paper's), or ``"code"``
         for DivFL's code's ``max(K, N // 10)``.
-      method: ``"stochastic"`` greedy or exact plain ``"greedy"`` (an ``[N, N]`` matrix).
+      method: ``"stochastic"`` greedy or exact plain ``"greedy"`` (all N^2 distances at every
+        step, O(k N^2 P) compute, in column blocks: no ``[N, N]`` matrix beyond small N).
       refresh: ``"selected"`` (DivFL's code) or ``"available"`` (every available client's
         gradient at every round).
 
@@ -66,11 +78,12 @@ class DivFL:
       >>> fa.algorithms.FedAvg(clients_per_round=10, selection=fa.selection.DivFL())
     """
 
-    candidates: int | str = 10
+    candidates: Count | Literal["code"] = 10
     method: str = "stochastic"
     refresh: str = "selected"
 
     def __post_init__(self):
+        check_fields(self)
         if self.candidates != "code":
             check_int("candidates", self.candidates)
         for name, value, allowed in (("method", self.method, METHODS),
@@ -92,7 +105,7 @@ class DivFL:
         ``ALL_CLIENTS_CHUNK`` clients at a time."""
         grads, losses = full_batch(problem, params, jnp.arange(state.losses.shape[0]),
                                    chunk=problem.client_chunk or ALL_CLIENTS_CHUNK)
-        return state._replace(features=grads, losses=losses)
+        return state._replace(features=grads, losses=_poison(grads, losses))
 
     def select(self, state: FacilityState, context, k: int):
         if self.refresh == "available":
@@ -101,7 +114,7 @@ class DivFL:
                                        chunk=context.problem.client_chunk or ALL_CLIENTS_CHUNK)
             on = context.available
             state = state._replace(features=jnp.where(on[:, None], grads, state.features),
-                                   losses=jnp.where(on, losses, state.losses))
+                                   losses=jnp.where(on, _poison(grads, losses), state.losses))
         n = state.losses.shape[0]
         r = None if self.method == "greedy" else (
             max(k, n // 10) if self.candidates == "code" else self.candidates)
@@ -120,7 +133,7 @@ class DivFL:
         grads, losses = full_batch(context.problem, context.params, cohort)
         return FacilityState(
             cohort_lib.scatter(state.features, cohort, grads, valid),
-            cohort_lib.scatter(state.losses, cohort, losses, valid),
+            cohort_lib.scatter(state.losses, cohort, _poison(grads, losses), valid),
             cohort_lib.scatter(state.last_selected, cohort,
                                jnp.full(cohort.shape, context.round, jnp.int32), valid))
 
@@ -139,11 +152,12 @@ class SubTrunc(DivFL):
       phi: ``"log1p"`` or ``"identity"`` (Table IV).
     """
 
-    lam: float = 0.95
-    b: float = 1.10
+    lam: NonNegative = 0.95
+    b: Positive = 1.10
     phi: str = "log1p"
 
     def __post_init__(self):
+        check_fields(self)
         super().__post_init__()
         if not is_real(self.lam) or self.lam < 0:
             raise ValueError(f"lam must be a finite number >= 0, got {self.lam!r}")
@@ -174,10 +188,11 @@ class UnionFL(DivFL):
       window: look-back rounds, >= 1.
     """
 
-    mu: float = 1.0
-    window: int = 5
+    mu: NonNegative = 1.0
+    window: Count = 5
 
     def __post_init__(self):
+        check_fields(self)
         super().__post_init__()
         if not is_real(self.mu) or self.mu < 0:
             raise ValueError(f"mu must be a finite number >= 0, got {self.mu!r}")
@@ -201,9 +216,10 @@ class PowerOfChoice:
       d: candidates per round, ``K <= d <= N``; the losses of all d are computed each round.
     """
 
-    d: int
+    d: Count
 
     def __post_init__(self):
+        check_fields(self)
         check_int("d", self.d)
 
     def validate(self, k: int, num_clients: int) -> None:

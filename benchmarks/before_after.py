@@ -1,0 +1,122 @@
+"""Benchmark: s/round of this tree against a git revision, side by side in one run.
+
+"Nothing here slows a round" is a ratio measured on one machine at one time: this script
+exports ``--ref`` (default ``HEAD``: the last commit, i.e. the tree without the uncommitted
+change) into a temporary directory and times both trees in alternating subprocesses, so slow
+and fast phases of a noisy machine fall on both alike. Each measurement is one
+``fa.simulate`` call in a fresh process; ``s_per_round`` is the engine's own round time
+(compilation and evaluation excluded), ``compile_s`` reported apart.
+
+Setting: the FedLaAvg Fig. 2 MNIST benchmark (``fedlaavg_mnist.py``: N = 1000 one-digit clients,
+logistic regression, diurnal availability D = 1, E = 100, K = 100, C = 10, B = 5, lr 0.01),
+for FedAvg and FedLaAvg (``--algorithms`` also takes ``fedavg_divfl``: FedAvg with DivFL's
+selection, ``fedavg_poc``: with Power-of-Choice, d = N).
+
+Usage::
+
+    python benchmarks/before_after.py [--ref HEAD] [--rounds 300] [--repeats 5]
+        [--algorithms fedavg,fedlaavg] [--out benchmarks/results/before_after.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "before_after.json"  # named per algorithms
+
+# Run in a fresh interpreter with the tree under test first on sys.path.
+CHILD = """
+import json, sys, time
+import numpy as np
+import fedjax_avail as fa
+algorithm_name, rounds, data_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+train, test = fa.data.load_mnist(data_dir)
+fd = fa.data.one_label_per_client(train["x"], train["y"], 1000, seed=0)
+process = fa.availability.diurnal(fd.client_labels(), D=1, E=100)
+common = dict(clients_per_round=100, local_steps=10, batch_size=5, client_lr=0.01)
+algorithm = {"fedavg": fa.algorithms.FedAvg, "fedlaavg": fa.algorithms.FedLaAvg,
+             "fedavg_divfl": lambda **c: fa.algorithms.FedAvg(**c, selection=fa.selection.DivFL()),
+             "fedavg_poc": lambda **c: fa.algorithms.FedAvg(
+                 **c, selection=fa.selection.PowerOfChoice(d=1000))}[algorithm_name](**common)
+task = fa.tasks.logistic_regression(784, 10)
+result = fa.simulate(task, fd, algorithm, process, rounds=rounds, seed=0, eval_every=rounds)
+print(json.dumps({"s_per_round": result.timing["s_per_round"],
+                  "compile_s": result.timing["compile"],
+                  "final_train_loss": result.history.rows[-1]["train_loss"],
+                  "module": fa.__file__}))
+"""
+
+
+def export(ref: str, into: Path) -> Path:
+    """The files of git revision ``ref`` under ``into`` (``git archive``)."""
+    archive = subprocess.run(["git", "archive", ref], cwd=REPO_ROOT, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def measure(tree: Path, algorithm: str, rounds: int, data_dir: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run([sys.executable, "-c", CHILD, algorithm, str(rounds), data_dir],
+                         cwd=tempfile.gettempdir(), env=env, check=True, capture_output=True,
+                         text=True).stdout
+    figures = json.loads(out.strip().splitlines()[-1])
+    if not figures.pop("module").startswith(str(tree)):
+        raise RuntimeError(f"the child did not import fedjax_avail from {tree}")
+    return figures
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--ref", default="HEAD", help="git revision to compare against")
+    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--algorithms", default="fedavg,fedlaavg")
+    parser.add_argument("--data-dir", default=os.environ.get(
+        "FEDJAX_AVAIL_MNIST_DIR", str(REPO_ROOT.parent / "shared" / "data" / "mnist")))
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON result (default: results/before_after_<algorithms>.json)")
+    args = parser.parse_args(argv)
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"before": export(args.ref, Path(tmp)), "after": REPO_ROOT}
+        for algorithm in args.algorithms.split(","):
+            runs: dict[str, list[dict]] = {"before": [], "after": []}
+            for i in range(args.repeats):
+                order = ("before", "after") if i % 2 == 0 else ("after", "before")
+                for side in order:
+                    runs[side].append(measure(trees[side], algorithm, args.rounds,
+                                              args.data_dir))
+            row = {side: {"s_per_round_median": statistics.median(
+                r["s_per_round"] for r in values), "s_per_round": [
+                    r["s_per_round"] for r in values], "compile_s_median": statistics.median(
+                        r["compile_s"] for r in values), "final_train_loss": values[0][
+                            "final_train_loss"]} for side, values in runs.items()}
+            row["ratio_after_over_before"] = (row["after"]["s_per_round_median"]
+                                              / row["before"]["s_per_round_median"])
+            rows[algorithm] = row
+            print(f"{algorithm}: before {row['before']['s_per_round_median'] * 1e3:.2f} ms, "
+                  f"after {row['after']['s_per_round_median'] * 1e3:.2f} ms a round "
+                  f"(ratio {row['ratio_after_over_before']:.3f})", flush=True)
+    payload = {"benchmark": "before_after", "ref": args.ref, "rounds": args.rounds,
+               "repeats": args.repeats, "date": datetime.date.today().isoformat(),
+               "machine": machine_info(), "results": rows}
+    out = args.out or DEFAULT_OUT.with_name(
+        f"before_after_{args.algorithms.replace(',', '_')}.json")
+    write_json(out, payload)
+    return payload
+
+
+if __name__ == "__main__":
+    main()
