@@ -112,12 +112,6 @@ def check_optional_int(name: str, value: Any, low: int = 1) -> None:
         raise ValueError(f"{name} must be None or an integer >= {low}, got {value!r}")
 
 
-def check_positive(name: str, value: Any) -> None:
-    """Raises ValueError unless ``value`` is a finite number > 0."""
-    if not is_real(value) or value <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-
-
 # --- the annotation-driven layer ---------------------------------------------------------------
 
 

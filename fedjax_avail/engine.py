@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import os
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +177,25 @@ def _boundaries(done: int, rounds: int, every: tuple[int, ...]) -> list[int]:
     return sorted(e for e in ends if e > done)
 
 
+def _one_run_per_checkpoint_dir(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (``simulate``) with its ``checkpoint_dir`` checked (a writable directory) and
+    locked for the run (:class:`DirectoryLock`; the first process of a multi-process run holds
+    it), so a second run on the directory refuses at once."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("checkpoint_dir") is None:
+            return fn(*args, **kwargs)
+        kwargs["checkpoint_dir"] = check_writable_dir(kwargs["checkpoint_dir"], "checkpoint_dir")
+        lock = (DirectoryLock(kwargs["checkpoint_dir"], "checkpoint_dir")
+                if jax.process_index() == 0 else contextlib.nullcontext())
+        with lock:
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
 @checked
+@_one_run_per_checkpoint_dir
 def simulate(
     task: Task,
     data: FederatedData,
@@ -262,55 +281,6 @@ def simulate(
       Interrupted: Ctrl-C; the run stops at the next chunk boundary, saving a checkpoint when
         ``checkpoint_dir`` is set; ``.result`` keeps the history so far.
     """
-    if checkpoint_dir is None:
-        lock: Any = contextlib.nullcontext()
-    else:
-        checkpoint_dir = check_writable_dir(checkpoint_dir, "checkpoint_dir")
-        # One run per directory (the first process of a multi-process run holds it).
-        lock = (DirectoryLock(checkpoint_dir, "checkpoint_dir") if jax.process_index() == 0
-                else contextlib.nullcontext())
-    with lock:
-        return _simulate(
-            task=task,
-            data=data,
-            algorithm=algorithm,
-            availability=availability,
-            rounds=rounds,
-            seed=seed,
-            eval_every=eval_every,
-            test_data=test_data,
-            client_chunk=client_chunk,
-            eval_batch_size=eval_batch_size,
-            progress=progress,
-            desc=desc,
-            checkpoint_dir=checkpoint_dir,
-            checkpoint_every=checkpoint_every,
-            check_memory=check_memory,
-            train_eval_examples=train_eval_examples,
-            mesh=mesh)
-
-
-def _simulate(
-    task: Task,
-    data: FederatedData,
-    algorithm: Algorithm | Sequence[Algorithm],
-    availability: AvailabilityProcess | Sequence[AvailabilityProcess],
-    rounds: int,
-    seed: int | Sequence[int] = 0,
-    eval_every: int = 20,
-    test_data: FederatedData | Mapping[str, np.ndarray] | None = None,
-    *,
-    client_chunk: int | None = None,
-    eval_batch_size: int = 4096,
-    progress: bool = False,
-    desc: str | None = None,
-    checkpoint_dir: str | Path | None = None,
-    checkpoint_every: int | None = None,
-    check_memory: bool = True,
-    train_eval_examples: int | None = None,
-    mesh: Any = None,
-) -> Result:
-    """:func:`simulate`, its directory locked and checked."""
     start_time = time.perf_counter()
     count = runs_lib.run_count(seed, algorithm, availability)
     runs = count is not None

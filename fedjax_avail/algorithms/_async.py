@@ -54,7 +54,6 @@ class AsyncParts:
             raise TypeError(f"durations must be fa.clock.KofP(), Constant, Exponential or "
                             f"LogNormal, got {type(self.durations).__name__}")
         check_optional_int("concurrency", self.concurrency, low=events)
-        check_optional_int("history", self.history)
         clock_lib.check_offline(self.offline)
         if isinstance(self.durations, clock_lib.KofP) and (
                 self.concurrency is not None or self.offline != "lost"):

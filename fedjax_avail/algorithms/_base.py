@@ -6,7 +6,6 @@ from typing import Any, NamedTuple, Protocol
 
 import jax
 
-from fedjax_avail._checks import check_int, check_positive
 from fedjax_avail.local import Problem
 
 Metrics = dict[str, jax.Array]
@@ -41,26 +40,6 @@ class Algorithm(Protocol):
     def init(self, params: Any, num_clients: int) -> Any: ...
 
     def round(self, state: Any, inputs: RoundInput, problem: Problem) -> tuple[Any, Metrics]: ...
-
-
-def check_local_training(
-    clients_per_round: int,
-    local_steps: int,
-    batch_size: int,
-    lr: float,
-    lr_name: str,
-    server_lr: float | None = None,
-) -> None:
-    """Raises ValueError naming the first hyperparameter outside its allowed range."""
-    for name, value in (
-        ("clients_per_round", clients_per_round),
-        ("local_steps", local_steps),
-        ("batch_size", batch_size),
-    ):
-        check_int(name, value)
-    check_positive(lr_name, lr)
-    if server_lr is not None:
-        check_positive("server_lr", server_lr)
 
 
 def check_cohort_fits(clients_per_round: int, num_clients: int) -> None:

@@ -11,7 +11,6 @@ the paper's settings; no paper of this project fixes them.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, NamedTuple
 
 import jax.numpy as jnp
@@ -20,7 +19,7 @@ from jax.flatten_util import ravel_pytree
 from fedjax_avail import clock as clock_lib
 from fedjax_avail._checks import Count, Fraction, NonNegative, Positive, check_fields
 from fedjax_avail.algorithms._async import AsyncParts, completions, record
-from fedjax_avail.algorithms._base import Metrics, RoundInput, check_local_training
+from fedjax_avail.algorithms._base import Metrics, RoundInput
 from fedjax_avail.algorithms._staleness import check_function, staleness_factor
 from fedjax_avail.local import Problem, local_sgd
 
@@ -60,12 +59,7 @@ class FedAsync(AsyncParts):
 
     def __post_init__(self):
         check_fields(self)
-        check_local_training(1, self.local_steps, self.batch_size, self.client_lr, "client_lr")
-        if not (math.isfinite(self.mixing) and 0 < self.mixing <= 1):
-            raise ValueError(f"mixing must be in (0, 1], got {self.mixing!r}")
         check_function(self.staleness, self.staleness_a, self.staleness_b)
-        if not (math.isfinite(self.mu) and self.mu >= 0):
-            raise ValueError(f"mu must be a finite number >= 0, got {self.mu!r}")
         self._check_async(1)
 
     def validate(self, num_clients: int) -> None:

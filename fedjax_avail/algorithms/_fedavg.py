@@ -22,7 +22,6 @@ from fedjax_avail.algorithms._base import (
     Metrics,
     RoundInput,
     check_cohort_fits,
-    check_local_training,
     reported,
 )
 from fedjax_avail.local import Problem, local_sgd
@@ -79,14 +78,8 @@ class FedAvg:
 
     def __post_init__(self):
         check_fields(self)
-        check_local_training(
-            self.clients_per_round, self.local_steps, self.batch_size, self.client_lr, "client_lr",
-            self.server_lr,
-        )
         if self.weighting not in ("uniform", "data_size"):
             raise ValueError(f"weighting must be 'uniform' or 'data_size', got {self.weighting!r}")
-        if not self.mu >= 0:
-            raise ValueError(f"mu must be >= 0, got {self.mu!r}")
         self._optimizer()  # validates server_optimizer
         selection_lib.check_selection(self.selection)
         if self.durations is not None and not isinstance(
@@ -156,10 +149,9 @@ class FedSGD(FedAvg):
     local_steps: Count = 1
 
     def __post_init__(self):
-        check_fields(self)
+        super().__post_init__()
         if self.local_steps != 1:
             raise ValueError(f"FedSGD has local_steps=1, got {self.local_steps}; use FedAvg")
-        super().__post_init__()
 
 
 @dataclasses.dataclass(frozen=True)

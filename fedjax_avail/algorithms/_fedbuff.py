@@ -24,7 +24,7 @@ from fedjax_avail import clock as clock_lib
 from fedjax_avail import server
 from fedjax_avail._checks import Count, Positive, check_fields
 from fedjax_avail.algorithms._async import AsyncParts, completions, record
-from fedjax_avail.algorithms._base import Metrics, RoundInput, check_local_training
+from fedjax_avail.algorithms._base import Metrics, RoundInput
 from fedjax_avail.algorithms._staleness import staleness_factor
 from fedjax_avail.local import Problem, local_sgd
 
@@ -68,8 +68,6 @@ class FedBuff(AsyncParts):
 
     def __post_init__(self):
         check_fields(self)
-        check_local_training(self.buffer_size, self.local_steps, self.batch_size,
-                             self.client_lr, "client_lr", self.server_lr)
         if self.staleness_weight not in WEIGHTS:
             raise ValueError(f"staleness_weight must be None or 'sqrt', got "
                              f"{self.staleness_weight!r}")

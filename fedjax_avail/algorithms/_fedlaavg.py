@@ -16,7 +16,6 @@ from fedjax_avail.algorithms._base import (
     Metrics,
     RoundInput,
     check_cohort_fits,
-    check_local_training,
     reported,
 )
 from fedjax_avail.local import Problem, flat_size, local_sgd
@@ -81,10 +80,6 @@ class FedLaAvg:
 
     def __post_init__(self):
         check_fields(self)
-        check_local_training(
-            self.clients_per_round, self.local_steps, self.batch_size, self.client_lr, "client_lr",
-            self.server_lr,
-        )
         selection_lib.check_selection(self.selection)
         cohort_lib.check_table_dtype(self.table_dtype)
 

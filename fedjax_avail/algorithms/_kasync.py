@@ -29,7 +29,7 @@ from fedjax_avail import clock as clock_lib
 from fedjax_avail import server
 from fedjax_avail._checks import Count, Positive, check_fields
 from fedjax_avail.algorithms._async import AsyncParts, completions, record
-from fedjax_avail.algorithms._base import Metrics, RoundInput, check_local_training
+from fedjax_avail.algorithms._base import Metrics, RoundInput
 from fedjax_avail.algorithms._staleness import exponential_weights
 from fedjax_avail.local import Problem, local_gradients
 
@@ -67,8 +67,6 @@ class KAsyncSGD(AsyncParts):
 
     def __post_init__(self):
         check_fields(self)
-        check_local_training(self.clients_per_round, 1, self.batch_size, self.client_lr,
-                             "client_lr")
         if self.weighting not in WEIGHTINGS:
             raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}")
         self._check_async(self.clients_per_round)

@@ -32,7 +32,6 @@ from fedjax_avail.algorithms._base import (
     Metrics,
     RoundInput,
     check_cohort_fits,
-    check_local_training,
     reported,
 )
 from fedjax_avail.local import Problem, flat_size, local_sgd
@@ -98,14 +97,8 @@ class MIFA:
 
     def __post_init__(self):
         check_fields(self)
-        check_local_training(
-            self.clients_per_round, self.local_steps, self.batch_size, self.client_lr, "client_lr",
-            self.server_lr,
-        )
         if self.start not in STARTS:
             raise ValueError(f"start must be one of {STARTS}, got {self.start!r}")
-        if not isinstance(self.lr_decay, bool):
-            raise ValueError(f"lr_decay must be True or False, got {self.lr_decay!r}")
         cohort_lib.check_table_dtype(self.table_dtype)
         if self.start == "authors_code" and self.table_dtype != "float32":
             raise ValueError("table_dtype must be 'float32' with start='authors_code' (its fill "

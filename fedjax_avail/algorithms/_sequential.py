@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from fedjax_avail import server
 from fedjax_avail._checks import Count, Positive, check_fields
-from fedjax_avail.algorithms._base import Metrics, RoundInput, check_local_training
+from fedjax_avail.algorithms._base import Metrics, RoundInput
 from fedjax_avail.local import Problem, local_sgd
 
 
@@ -40,9 +40,6 @@ class SequentialSGD:
 
     def __post_init__(self):
         check_fields(self)
-        check_local_training(
-            self.clients_per_round, self.local_steps, self.batch_size, self.lr, "lr"
-        )
 
     def validate(self, num_clients: int) -> None:
         del num_clients

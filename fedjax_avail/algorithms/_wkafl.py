@@ -31,7 +31,6 @@ CB = 100, B = 10, sim_min = 0.3, beta = 10, gamma = 0.1, stage 2 from iteration 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, NamedTuple
 
 import jax
@@ -46,10 +45,9 @@ from fedjax_avail._checks import (
     Positive,
     Range,
     check_fields,
-    check_int,
 )
 from fedjax_avail.algorithms._async import AsyncParts, completions, record
-from fedjax_avail.algorithms._base import Metrics, RoundInput, check_local_training
+from fedjax_avail.algorithms._base import Metrics, RoundInput
 from fedjax_avail.algorithms._staleness import exponential_weights
 from fedjax_avail.local import Problem, flat_size, local_gradients
 
@@ -123,18 +121,6 @@ class WKAFL(AsyncParts):
 
     def __post_init__(self):
         check_fields(self)
-        check_local_training(self.clients_per_round, 1, self.batch_size, self.client_lr,
-                             "client_lr")
-        for name, low in (("alpha", 0.0), ("beta", 0.0), ("gamma", 0.0)):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= low):
-                raise ValueError(f"{name} must be a finite number >= {low}, got {value!r}")
-        for name in ("clip", "relative_clip"):
-            value = getattr(self, name)
-            if not value > 0:
-                raise ValueError(f"{name} must be > 0, got {value!r}")
-        if not -1.0 <= self.sim_min <= 1.0:
-            raise ValueError(f"sim_min must be in [-1, 1], got {self.sim_min!r}")
         for name, value, allowed in (("stage_switch", self.stage_switch, SWITCHES),
                                      ("loss_reduction", self.loss_reduction, REDUCTIONS),
                                      ("momentum_source", self.momentum_source, SOURCES),
@@ -142,9 +128,6 @@ class WKAFL(AsyncParts):
                                       SIMILARITY_WEIGHTS)):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
-        check_int("switch_round", self.switch_round, 0)
-        if not math.isfinite(self.loss_threshold):
-            raise ValueError(f"loss_threshold must be finite, got {self.loss_threshold!r}")
         self._check_async(self.clients_per_round)
 
     def validate(self, num_clients: int) -> None:

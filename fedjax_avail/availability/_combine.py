@@ -48,11 +48,6 @@ class Combined:
         if not isinstance(self.processes, tuple) or len(self.processes) == 0:
             raise ValueError(f"processes must be a non-empty tuple of availability processes, "
                              f"got {self.processes!r}")
-        for j, process in enumerate(self.processes):
-            if not (callable(getattr(process, "init", None))
-                    and callable(getattr(process, "step", None))):
-                raise TypeError(f"processes[{j}] must be an availability process (with init and "
-                                f"step methods), got {type(process).__name__}")
 
     def _keys(self, key: jax.Array) -> jax.Array:
         return jax.random.split(key, len(self.processes))

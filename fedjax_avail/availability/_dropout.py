@@ -49,8 +49,6 @@ class Dropout:
 
     def __post_init__(self):
         check_fields(self)
-        if not 0.0 <= self.q <= 1.0:
-            raise ValueError(f"q must be a probability in [0, 1], got {self.q!r}")
 
     def init(self, key: jax.Array, num_clients: int) -> State:
         return self.process.init(key, num_clients)

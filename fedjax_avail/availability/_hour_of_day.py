@@ -56,14 +56,6 @@ class HourOfDay:
         if start.ndim > 1 or start.size == 0 or not np.issubdtype(start.dtype, np.integer):
             raise ValueError(f"start_hour must be an int or a non-empty [N] integer vector in "
                              f"0..23, got {start.dtype} {start.shape}")
-        if start.min() < 0 or start.max() >= HOURS_PER_DAY:
-            raise ValueError(f"start_hour must be in 0..23, got values in "
-                             f"[{start.min()}, {start.max()}]")
-        if not is_int(self.hours) or not 1 <= self.hours <= HOURS_PER_DAY:
-            raise ValueError(f"hours must be an integer in 1..24, got {self.hours!r}")
-        if not is_int(self.rounds_per_hour) or self.rounds_per_hour < 1:
-            raise ValueError(f"rounds_per_hour must be an integer >= 1, got "
-                             f"{self.rounds_per_hour!r}")
 
     @classmethod
     def quietest_window(

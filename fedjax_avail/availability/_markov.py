@@ -24,12 +24,9 @@ class MarkovState(NamedTuple):
 
 def _probabilities(value, name: str) -> np.ndarray:
     p = np.asarray(value, np.float64)
-    if p.ndim > 1 or p.size == 0 or not np.all((p >= 0) & (p <= 1)):
-        span = f"[{p.min()}, {p.max()}]" if p.size else "none"
-        raise ValueError(
-            f"{name} must be a probability in [0, 1] (scalar or [N]), got values {span} with "
-            f"shape {p.shape}"
-        )
+    if p.ndim > 1 or p.size == 0:  # its range: the annotation
+        raise ValueError(f"{name} must be a probability or a non-empty [N] vector of them, got "
+                         f"shape {p.shape}")
     return p
 
 

@@ -35,10 +35,6 @@ class Periodic:
         if groups.ndim != 1 or groups.size == 0 or not integer:
             raise ValueError(f"groups must be a non-empty [N] integer (or bool) vector, got "
                              f"{groups.dtype} {groups.shape}")
-        if groups.min() < 0:
-            raise ValueError(f"groups must be >= 0, got min {groups.min()}")
-        if not is_int(self.period) or self.period < 1:
-            raise ValueError(f"period must be an integer >= 1, got {self.period!r}")
 
     @property
     def num_groups(self) -> int:

@@ -49,8 +49,6 @@ class Trace:
         if not np.isin(table, (0, 1)).all():
             bad = np.unique(table[~np.isin(table, (0, 1))])[:5].tolist()
             raise ValueError(f"mask_table must hold booleans (or 0/1), got values {bad}")
-        if not isinstance(self.cyclic, (bool, np.bool_)):
-            raise ValueError(f"cyclic must be True or False, got {self.cyclic!r}")
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, cyclic: bool = True) -> Trace:

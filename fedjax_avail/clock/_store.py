@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_avail import cohort as cohort_lib
-from fedjax_avail._checks import Count, check_fields, check_int
+from fedjax_avail._checks import Count, check_fields
 
 
 class Starts(NamedTuple):
@@ -67,7 +67,6 @@ class ModelHistory:
 
     def __post_init__(self):
         check_fields(self)
-        check_int("history", self.size)
         cohort_lib.check_table_dtype(self.dtype)
 
     def init(self, x0: jax.Array, num_clients: int):

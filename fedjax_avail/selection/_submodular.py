@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_avail import cohort as cohort_lib
-from fedjax_avail._checks import Count, NonNegative, Positive, check_fields, check_int, is_real
+from fedjax_avail._checks import Count, NonNegative, Positive, check_fields
 from fedjax_avail.local import flat_size, full_batch
 from fedjax_avail.selection._facility import greedy
 
@@ -84,8 +84,6 @@ class DivFL:
 
     def __post_init__(self):
         check_fields(self)
-        if self.candidates != "code":
-            check_int("candidates", self.candidates)
         for name, value, allowed in (("method", self.method, METHODS),
                                      ("refresh", self.refresh, REFRESH)):
             if value not in allowed:
@@ -157,12 +155,7 @@ class SubTrunc(DivFL):
     phi: str = "log1p"
 
     def __post_init__(self):
-        check_fields(self)
         super().__post_init__()
-        if not is_real(self.lam) or self.lam < 0:
-            raise ValueError(f"lam must be a finite number >= 0, got {self.lam!r}")
-        if not is_real(self.b) or self.b <= 0:
-            raise ValueError(f"b must be a finite number > 0, got {self.b!r}")
         if self.phi not in PHIS:
             raise ValueError(f"phi must be one of {PHIS}, got {self.phi!r}")
 
@@ -192,11 +185,7 @@ class UnionFL(DivFL):
     window: Count = 5
 
     def __post_init__(self):
-        check_fields(self)
         super().__post_init__()
-        if not is_real(self.mu) or self.mu < 0:
-            raise ValueError(f"mu must be a finite number >= 0, got {self.mu!r}")
-        check_int("window", self.window)
 
     def _extra(self, state, context):
         recent = (state.last_selected >= 0) & (state.last_selected >= context.round - self.window)
@@ -220,7 +209,6 @@ class PowerOfChoice:
 
     def __post_init__(self):
         check_fields(self)
-        check_int("d", self.d)
 
     def validate(self, k: int, num_clients: int) -> None:
         if not k <= self.d <= num_clients:
