@@ -7,6 +7,7 @@ All N clients live on a leading array axis; a round is a pure function, a run is
 from fedjax_avail import (
     algorithms,
     availability,
+    callbacks,
     clock,
     cohort,
     data,
@@ -20,9 +21,10 @@ from fedjax_avail import (
 )
 from fedjax_avail._lock import DirectoryBusyError
 from fedjax_avail.data import FederatedData
-from fedjax_avail.engine import DivergenceError, Interrupted, Result, simulate
+from fedjax_avail.engine import simulate
 from fedjax_avail.history import History
 from fedjax_avail.memory import MemoryEstimate, estimate_memory
+from fedjax_avail.results import DivergenceError, Interrupted, Result
 from fedjax_avail.tasks import Task
 
 __version__ = "0.1.0"
@@ -39,6 +41,7 @@ __all__ = [
     "__version__",
     "algorithms",
     "availability",
+    "callbacks",
     "clock",
     "cohort",
     "data",

@@ -17,8 +17,9 @@ from typing import Any
 
 from fedjax_avail import experiments
 from fedjax_avail._lock import DirectoryBusyError
-from fedjax_avail.engine import Interrupted
+from fedjax_avail.checkpoint import KEEP
 from fedjax_avail.experiments._settings import optional
+from fedjax_avail.results import Interrupted
 
 EPILOG = """examples:
   fedjax-avail run                                   the default experiment (offline, ~10 s)
@@ -120,11 +121,24 @@ def _describe(experiment) -> str:
     if experiment.measured:
         lines += textwrap.wrap(f"measured: {experiment.measured}", 96, initial_indent="# ",
                                subsequent_indent="#   ")
-    lines.append("# settings (--set key=value, or this file with --config):")
+    lines.append("# settings (--set key=value, or this file with --config), each under what it "
+                 "means:")
     for key, value in _defaults(experiment).items():
+        lines += _explain(experiment, key)
         lines.append(f"# {key} = (none; optional)" if value is None
                      else f"{key} = {_toml(value)}")
     return "\n".join(lines)
+
+
+def _explain(experiment, key: str) -> list[str]:
+    """A setting's meaning and, for a choice-valued one, its valid values, as TOML comments."""
+    own = experiment.base if isinstance(experiment, experiments.Sweep) else experiment
+    text = f"{key}: {own.meaning(key)}"
+    choices = own.all_choices().get(key)
+    if choices:
+        each = "any of" if isinstance(_defaults(experiment)[key], tuple) else "one of"
+        text += f"; {each}: {', '.join(choices)}"
+    return textwrap.wrap(text, 96, initial_indent="# ", subsequent_indent="#   ")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -155,7 +169,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="split each round's cohort over D devices; on a CPU, D virtual "
                           "devices, one per core (2 cores: about 2x faster)")
     run.add_argument("--tensorboard", action="store_true",
-                     help="also write TensorBoard logs to OUT/tensorboard (needs tensorboardX)")
+                     help="also write TensorBoard logs to OUT/tensorboard at every evaluation "
+                          "(needs tensorboardX)")
+    run.add_argument("--no-checkpoint", action="store_true",
+                     help="write no checkpoints (a run cannot then be resumed)")
+    run.add_argument("--keep-checkpoints", type=int, default=KEEP, metavar="K",
+                     help=f"keep each algorithm's newest K checkpoints (default {KEEP})")
     run.set_defaults(usage=run.format_help)
     commands.add_parser("list", help="list the experiments")
     describe = commands.add_parser("describe", help="an experiment's settings and record")
@@ -216,8 +235,12 @@ def _run(args) -> int:
     if args.dry_run:
         return _dry_run(experiment, overrides)
     out_dir = args.out or Path("runs") / experiment.name
+    if args.resume and args.no_checkpoint:
+        raise UserError("--resume continues from checkpoints; it cannot go with --no-checkpoint")
     options = dict(progress=not args.no_progress, resume=args.resume,
-                   checkpoint_every=args.checkpoint_every, mesh=_mesh(args.devices))
+                   checkpoint_every=args.checkpoint_every, mesh=_mesh(args.devices),
+                   checkpoint=not args.no_checkpoint, keep_checkpoints=args.keep_checkpoints,
+                   tensorboard=args.tensorboard)
     try:
         if isinstance(experiment, experiments.Sweep):
             outcomes = experiments.run_sweep(experiment, overrides, out_dir, **options)
@@ -229,17 +252,15 @@ def _run(args) -> int:
             *(["--config", str(args.config)] if args.config else []), "--out", str(out_dir),
             "--resume"]
         what = interrupted if isinstance(interrupted, Interrupted) else "interrupted"
-        print(f"\nfedjax-avail: {what}; finished results are in {out_dir}/. Resume with:\n"
-              f"  {shlex.join(command)}", file=sys.stderr)
+        how = ("run it again to start afresh (--no-checkpoint: nothing to resume from)"
+               if args.no_checkpoint else f"Resume with:\n  {shlex.join(command)}")
+        print(f"\nfedjax-avail: {what}; finished results are in {out_dir}/. {how}",
+              file=sys.stderr)
         return 130
     for label, outcome in outcomes.items():
         if label:
             print(f"\n== {label}")
         print(experiments.format_summary(outcome.summary))
-        if args.tensorboard:
-            from fedjax_avail.experiments import write_tensorboard
-
-            write_tensorboard(outcome, outcome.out_dir / "tensorboard")
     written = next(iter(outcomes.values())).out_dir if len(outcomes) == 1 else out_dir
     print(f"wrote results to {written}/")
     ok = all(row["status"] == "ok" for o in outcomes.values() for row in o.summary)

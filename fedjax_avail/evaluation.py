@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,6 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_avail import cohort as cohort_lib
+from fedjax_avail.data import FederatedData
+from fedjax_avail.fairness import fairness_metrics
+from fedjax_avail.history import round_columns
 from fedjax_avail.tasks import Task
 
 
@@ -135,3 +140,82 @@ def make_client_evaluator(task: Task, data: Any, batch_size: int = 4096,
         return jax.tree.map(lambda s: s / denominators, total)
 
     return Evaluator(evaluate, (arrays, owner), runs)
+
+
+def to_host(tree: Any) -> Any:
+    """Device values on the host. In a multi-process run the values the engine reads (metrics,
+    evaluations, the health flag) are replicated global arrays: their local copy is read."""
+    def one(a):
+        if isinstance(a, jax.Array) and not a.is_fully_addressable:
+            return np.asarray(a.addressable_data(0))
+        return np.asarray(jax.device_get(a))
+
+    return jax.tree.map(one, tree)
+
+
+class RunEvaluation:
+    """A run's history rows: the evaluators of the training (and test) data, scored together.
+
+    Each row holds ``round``, the summary of the per-round metrics since the last row
+    (:func:`fedjax_avail.history.round_columns`), ``train_loss`` and ``train_<metric>`` over
+    the training examples (or ``train_examples`` evenly spaced rows of them), the same with
+    ``test_`` for ``test_arrays``, and the fairness metrics of per-client test accuracies when
+    ``test_data`` is a ``FederatedData``. A diverged run is not scored: its row is NaN.
+
+    Args:
+      task: the task.
+      train: the clients' training data, on the device.
+      test_arrays: held-out examples ``[M, ...]``, or None.
+      test_data: ``simulate``'s ``test_data`` (a ``FederatedData`` adds fairness metrics).
+      batch_size: examples per evaluation block.
+      train_examples: evaluate training metrics on this many evenly spaced examples (None: all).
+      runs: models have a leading runs axis.
+    """
+
+    def __init__(self, task: Task, train: Any, test_arrays: Mapping[str, Any] | None,
+                 test_data: FederatedData | Mapping[str, Any] | None,
+                 batch_size: int, train_examples: int | None, runs: bool):
+        arrays, total = train.arrays, train.num_examples
+        if train_examples is not None and train_examples < total:
+            rows = (np.arange(train_examples) * total) // train_examples
+            arrays = {k: v[rows] for k, v in arrays.items()}
+        self.splits = {"train": make_evaluator(task, arrays, batch_size, runs)}
+        if test_arrays is not None:
+            self.splits["test"] = make_evaluator(task, test_arrays, batch_size, runs)
+        self.per_client = None  # each client's own test split: fairness at every evaluation
+        if isinstance(test_data, FederatedData) and task.metrics is not None:
+            self.per_client = make_client_evaluator(task, test_data, batch_size, runs)
+        self.runs = runs
+
+    def compile(self, params: Any) -> None:
+        for evaluator in [*self.splits.values(), *([self.per_client] if self.per_client else [])]:
+            evaluator.compile(params)
+
+    def __call__(self, run: Any) -> list[dict[str, float]]:
+        """Appends each run's row at ``run.done`` to its history and returns the new rows."""
+        start = time.perf_counter()
+        scored = any(r is None for r in run.diverged)
+        values = {split: to_host(ev(run.params)) for split, ev in self.splits.items()
+                  } if scored else {}
+        clients = to_host(self.per_client(run.params)) if self.per_client and scored else None
+        pending = run.chunks[run.reported_chunks:]
+        rows = []
+        for i, history in enumerate(run.histories):
+            row: dict[str, float] = {"round": run.done}
+            if run.done:
+                row.update(round_columns(run.round_metrics(i, pending)))
+            if run.diverged[i] is not None:  # a non-finite model is not scored: its metrics lie
+                row.update({name: math.nan for name in history.columns if name != "round"})
+            else:
+                for split, split_values in values.items():
+                    for k in ["loss", *(k for k in split_values if k != "loss")]:
+                        v = split_values[k]
+                        row[f"{split}_{k}"] = float(v[i] if self.runs else v)
+                if clients is not None and "accuracy" in clients:
+                    acc = clients["accuracy"][i] if self.runs else clients["accuracy"]
+                    row.update({f"test_{k}": v for k, v in fairness_metrics(acc).items()})
+            history.append(row)
+            rows.append(row)
+        run.reported_chunks = len(run.chunks)
+        run.timing["eval"] += time.perf_counter() - start
+        return rows

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+
+import numpy as np
 
 from fedjax_avail._io import atomic_write_bytes
 from fedjax_avail.history import History
@@ -14,16 +16,19 @@ _X_LABELS = {"round": "communication round (server update)", "virtual_time": "vi
 
 def plot_histories(
     histories: Mapping[str, History], path: str | Path | None = None, title: str = "",
-    x: str = "round",
+    x: str = "round", spread: Mapping[str, Sequence[History]] | None = None,
 ):
     """Draws training loss (log scale) and, when recorded, test accuracy against ``x``.
 
     Args:
-      histories: algorithm name -> its :class:`History`.
+      histories: algorithm name -> its :class:`History` (the mean over seeds: one line each).
       path: where to write a PNG (atomically); None only returns the figure.
-      title: the figure's title.
+      title: the figure's title (:func:`run_title` builds one from a run's settings).
       x: the history column on the x axis: ``"round"`` or ``"virtual_time"`` (histories
         without it are left out).
+      spread: algorithm name -> its per-seed histories; an algorithm with two or more gets a
+        band (``fill_between``, alpha 0.2) from their minimum to their maximum at each
+        evaluation, drawn at the mean's ``x``.
 
     Returns:
       the matplotlib ``Figure``.
@@ -35,18 +40,20 @@ def plot_histories(
     import matplotlib.pyplot as plt
 
     histories = {name: h for name, h in histories.items() if x in h.columns}
-    with_test = any("test_accuracy" in h.columns for h in histories.values())
-    fig, axes = plt.subplots(1, 2 if with_test else 1, figsize=(11 if with_test else 6, 4))
-    axes = axes if with_test else [axes]
+    columns = ["train_loss"]
+    if any("test_accuracy" in h.columns for h in histories.values()):
+        columns.append("test_accuracy")
+    fig, axes = plt.subplots(1, len(columns), figsize=(11 if len(columns) == 2 else 6, 4),
+                             squeeze=False)
+    axes = list(axes[0])
     for name, history in histories.items():
-        start = 0 if x == "round" else 1  # round 0 has no virtual time
-        axes[0].plot(history[x][start:], history["train_loss"][start:], label=name, lw=1.2)
-        if with_test and "test_accuracy" in history.columns:
-            axes[1].plot(history[x][start:], history["test_accuracy"][start:], label=name,
-                         lw=1.2)
+        runs = [h for h in (spread or {}).get(name, ()) if x in h.columns]
+        for ax, column in zip(axes, columns, strict=True):
+            if column in history.columns:
+                _curve(ax, name, history, runs, x, column)
     label = _X_LABELS.get(x, x)
     axes[0].set(xlabel=label, ylabel="training loss", yscale="log")
-    if with_test:
+    if len(axes) > 1:
         axes[1].set(xlabel=label, ylabel="test accuracy")
     for ax in axes:
         ax.grid(alpha=0.3)
@@ -56,6 +63,30 @@ def plot_histories(
     if path is not None:
         save_png(fig, path)
     return fig
+
+
+def _curve(ax, name: str, mean: History, runs: Sequence[History], x: str, column: str) -> None:
+    """One algorithm's mean line of ``column``, and with two or more ``runs`` (seeds) their
+    min-max band in the line's colour."""
+    start = 0 if x == "round" else 1  # round 0 has no virtual time
+    (line,) = ax.plot(mean[x][start:], mean[column][start:], label=name, lw=1.2)
+    if len(runs) < 2:
+        return
+    length = min(len(run[column]) for run in runs)
+    values = np.stack([np.asarray(run[column][:length], float) for run in runs])
+    ax.fill_between(np.asarray(mean[x][:length], float)[start:], values.min(0)[start:],
+                    values.max(0)[start:], color=line.get_color(), alpha=0.2, lw=0)
+
+
+def run_title(name: str, algorithms: Iterable[str], seeds: int) -> str:
+    """A figure title from what was run, e.g. ``"fedlaavg-mnist: fedavg, fedlaavg; 2 seeds"``.
+
+    Args:
+      name: the experiment (or sweep) name.
+      algorithms: the names of the algorithms drawn, in order.
+      seeds: how many seeds each was run with.
+    """
+    return f"{name}: {', '.join(algorithms)}; {seeds} seed{'s' if seeds != 1 else ''}"
 
 
 def save_png(fig, path: str | Path, dpi: int = 120) -> None:

@@ -42,7 +42,9 @@ def test_bad_process_name_is_a_clear_error(digits):
     import fedjax_avail as fa
 
     fd = fa.data.iid(digits[0]["x"], digits[0]["y"], 10)
-    config = experiments.AVAILABILITY_MNIST.config({"process": "sometimes"})
+    with pytest.raises(ValueError, match="setting process must be one of .*'markov'"):
+        experiments.AVAILABILITY_MNIST.config({"process": "sometimes"})
+    config = {**experiments.AVAILABILITY_MNIST.config(), "process": "sometimes"}
     with pytest.raises(ValueError, match="process must be one of"):
         experiments._availability_sweep.make_process(config, fd)
 

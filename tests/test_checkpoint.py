@@ -140,14 +140,14 @@ def test_ctrl_c_writes_what_finished_and_prints_the_resume_command(tmp_path):
 
 
 def test_ctrl_c_in_the_library_keeps_the_history(monkeypatch, tmp_path):
-    from fedjax_avail import _interrupt
+    from fedjax_avail.callbacks import _interrupt
 
     class Requested(_interrupt.StopOnInterrupt):
         def __enter__(self):
             self.requested = True  # as if Ctrl-C came during the first chunk
             return self
 
-    monkeypatch.setattr(fa.engine, "StopOnInterrupt", Requested)
+    monkeypatch.setattr(_interrupt, "StopOnInterrupt", Requested)
     with pytest.raises(fa.Interrupted, match="interrupted after round 10 of 120") as info:
         _run(120, checkpoint_dir=tmp_path)
     assert info.value.result.history["round"].tolist() == [0, 10]

@@ -26,7 +26,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import fedjax_avail as fa
-from fedjax_avail import engine, experiments
+from fedjax_avail import checkpoint, engine, experiments
 from fedjax_avail.checkpoint import RunCheckpointer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,15 +63,15 @@ def saved(tmp_path_factory):
     recorded = {}
 
     class Spy(RunCheckpointer):
-        def __init__(self, path, settings):
+        def __init__(self, path, settings, keep):
             recorded.update(settings)
-            super().__init__(path, settings)
+            super().__init__(path, settings, keep)
 
-    original, engine.RunCheckpointer = engine.RunCheckpointer, Spy
+    original, checkpoint.RunCheckpointer = checkpoint.RunCheckpointer, Spy
     try:
         finished = _run(30, checkpoint_dir=directory, checkpoint_every=10)
     finally:
-        engine.RunCheckpointer = original
+        checkpoint.RunCheckpointer = original
     newest = RunCheckpointer(directory, recorded).restore(_abstract(finished))
     assert newest.done == 30
     older = tmp_path_factory.mktemp("older")

@@ -6,13 +6,12 @@ from fedjax_avail.experiments._availability_sweep import (
     AVAILABILITY_MNIST,
     AVAILABILITY_SWEEP_MNIST,
 )
-from fedjax_avail.experiments._compare import compare_runs, read_histories, write_tensorboard
+from fedjax_avail.experiments._compare import compare_runs, read_histories
 from fedjax_avail.experiments._experiment import (
     RESUMABLE,
     Experiment,
     RunOutcome,
     Setup,
-    format_summary,
     parse_value,
     plan,
     run,
@@ -36,6 +35,7 @@ from fedjax_avail.experiments._subtrunc import (
     SUBTRUNC_MNIST_PHI,
     SUBTRUNC_MNIST_WINDOW,
 )
+from fedjax_avail.experiments._summary import format_summary
 from fedjax_avail.experiments._sweep import Sweep, run_sweep, sweep_settings
 from fedjax_avail.experiments._wkafl import (
     WKAFL_MNIST,
@@ -100,5 +100,4 @@ __all__ = [
     "run",
     "run_sweep",
     "sweep_settings",
-    "write_tensorboard",
 ]

@@ -16,6 +16,9 @@ import numpy as np
 from fedjax_avail import algorithms, availability, clock, data, tasks
 from fedjax_avail.experiments._experiment import Experiment, Setup
 from fedjax_avail.experiments._fedlaavg import load_mnist_for
+from fedjax_avail.experiments._settings import check_choice
+
+ALGORITHMS = ("fedavg", "fedbuff", "fedasync")
 
 
 def async_setup(config, fd, test, task) -> Setup:
@@ -32,9 +35,7 @@ def async_setup(config, fd, test, task) -> Setup:
         "fedasync": lambda: algorithms.FedAsync(concurrency=config["concurrency"],
                                                 durations=durations, **local),
     }
-    unknown = [name for name in config["algorithms"] if name not in factories]
-    if unknown:
-        raise ValueError(f"algorithms {unknown} unknown; choose from {sorted(factories)}")
+    check_choice("algorithms", tuple(config["algorithms"]), ALGORITHMS)
     process = availability.Markov(p_on=config["p_on"], p_off=config["p_off"])
     algs = {name: factories[name]() for name in config["algorithms"]}
     # FedAsync applies one job an update: as many jobs as the others' rounds * K.
@@ -60,6 +61,10 @@ ASYNC_MNIST = Experiment(
         source="idx", data_dir=None,
     ),
     build=_build_async,
+    meanings={"clients_per_round": "K, the clients of a FedAvg round and the uploads of a "
+                                   "FedBuff update",
+              "rounds": "the server updates to run (FedAsync runs rounds * K, one job each)"},
+    choices={"algorithms": ALGORITHMS},
     measured=(
         "`fedjax-avail run async-mnist` (2026-11-22, 2-core CPU): final test acc / virtual time "
         "/ mean staleness: fedavg 0.907 / 2937 / 0, fedbuff 0.909 / 122 / 7.3, fedasync (10,000 "

@@ -24,7 +24,12 @@ import numpy as np
 
 from fedjax_avail import availability, data, tasks
 from fedjax_avail.experiments._experiment import Experiment, Setup
-from fedjax_avail.experiments._fedlaavg import FEDLAAVG_MNIST, load_mnist_for, setup_one_label
+from fedjax_avail.experiments._fedlaavg import (
+    ALGORITHMS,
+    FEDLAAVG_MNIST,
+    load_mnist_for,
+    setup_one_label,
+)
 from fedjax_avail.experiments._sweep import Sweep
 
 PROCESSES = ("bernoulli", "markov", "label-correlated", "periodic", "hour-of-day")
@@ -76,6 +81,10 @@ AVAILABILITY_MNIST = Experiment(
         "algorithms": ("fedavg", "fedprox", "fedlaavg", "sequential"),
     },
     build=_build,
+    meanings={"E": "periodic process: the rounds each group's turn lasts; the amplitude is "
+                   "measured over the last 2E rounds",
+              "D": "unused by these processes (kept from fedlaavg-mnist)"},
+    choices={"algorithms": ALGORITHMS, "process": PROCESSES},
 )
 
 AVAILABILITY_SWEEP_MNIST = Sweep(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -33,31 +34,57 @@ def read_histories(directory: str | Path) -> dict[str, History]:
             for name, by_round in rows.items()}
 
 
-def compare_runs(directories: list[str | Path], out: str | Path, x: str = "round") -> None:
+def compare_runs(directories: list[str | Path], out: str | Path, x: str = "round"):
     """Overlays the training loss and test accuracy of finished runs in one figure.
 
-    Curves are labelled ``directory: algorithm``.
+    Curves are labelled ``algorithm (setting=value, ...)`` with the settings in which the runs'
+    ``config.json`` files differ (e.g. ``fedavg (lr=0.1)``; a run without a setting leaves it
+    out), or ``algorithm (folder)`` where none differs or a run has no ``config.json``; the
+    title names the experiment and what differs.
+
+    Returns:
+      the matplotlib ``Figure``.
+
+    Raises:
+      FileNotFoundError: a directory without metrics.csv.
     """
+    configs = [_run_settings(directory) for directory in directories]
+    differ = _differing(configs) if None not in configs else []
+    folders = _folder_names(directories)
     curves = {}
-    for directory in directories:
+    for directory, config, folder in zip(directories, configs, folders, strict=True):
+        tag = ", ".join(f"{key}={_value_text(config[key])}" for key in differ
+                        if key in config) or folder
         for name, history in read_histories(directory).items():
-            curves[f"{Path(directory).name}: {name}"] = history
-    plot_histories(curves, out, title="fedjax-avail compare", x=x)
+            curves[f"{name} ({tag})"] = history
+    names = sorted({str(c.get("experiment", "")) for c in configs if c} - {""})
+    what = f"runs differing in {', '.join(differ)}" if differ else ", ".join(folders)
+    title = f"{' / '.join(names)}: {what}" if names else f"compared: {what}"
+    return plot_histories(curves, out, title=title, x=x)
 
 
-def write_tensorboard(outcome, log_dir: str | Path) -> None:
-    """Every history of a finished run as TensorBoard scalars, one subdirectory per algorithm.
+def _run_settings(directory: str | Path) -> dict | None:
+    """A run's settings from its ``config.json`` (its provenance aside); None without one."""
+    path = Path(directory) / "config.json"
+    if not path.is_file():
+        return None
+    settings = json.loads(path.read_text())
+    settings.pop("provenance", None)
+    return settings
 
-    Uses ``tensorboardX`` (``pip install 'fedjax_avail[tensorboard]'``); the step is the round.
-    """
-    try:
-        from tensorboardX import SummaryWriter
-    except ImportError as error:
-        raise ImportError("--tensorboard needs tensorboardX: pip install "
-                          "'fedjax_avail[tensorboard]'") from error
-    for name, history in outcome.histories.items():
-        with SummaryWriter(str(Path(log_dir) / name)) as writer:
-            for row in history:
-                for key, value in row.items():
-                    if key != "round" and value == value:
-                        writer.add_scalar(key, value, int(row["round"]))
+
+def _differing(configs: list[dict]) -> list[str]:
+    """The settings whose values are not the same in every config, in first-seen order."""
+    keys = list(dict.fromkeys(key for config in configs for key in config))
+    return [key for key in keys if any(c.get(key) != configs[0].get(key) for c in configs)]
+
+
+def _folder_names(directories: list[str | Path]) -> list[str]:
+    """Each directory's folder name, or its whole path where two folder names are the same."""
+    names = [Path(directory).name for directory in directories]
+    return names if len(set(names)) == len(names) else [str(d) for d in directories]
+
+
+def _value_text(value) -> str:
+    """A setting as ``--set`` writes it (a list as ``a,b``)."""
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import shutil
 import tempfile
 import time
@@ -25,18 +24,20 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fedjax_avail import inputs, memory
-from fedjax_avail._checks import check_optional_int
+from fedjax_avail._checks import check_int, check_optional_int
 from fedjax_avail._io import atomic_write_text, check_writable_dir
 from fedjax_avail._lock import DirectoryLock
 from fedjax_avail._provenance import provenance
 from fedjax_avail.algorithms import Algorithm
 from fedjax_avail.availability import AvailabilityProcess
+from fedjax_avail.callbacks import CSVLogger, TensorBoard
+from fedjax_avail.checkpoint import KEEP
 from fedjax_avail.data import FederatedData
 from fedjax_avail.engine import DivergenceError, Interrupted, simulate
-from fedjax_avail.experiments._analysis import oscillation_amplitude
-from fedjax_avail.experiments._settings import check_settings
+from fedjax_avail.experiments._settings import CHOICES, MEANINGS, check_settings
+from fedjax_avail.experiments._summary import summary_row
 from fedjax_avail.history import History
-from fedjax_avail.plotting import plot_histories
+from fedjax_avail.plotting import plot_histories, run_title
 from fedjax_avail.tasks import Task
 
 
@@ -67,6 +68,9 @@ class Experiment:
       defaults: every setting with its default; ``--set key=value`` may override any of them.
       build: ``config -> Setup``.
       measured: the recorded outcome of the default run and the command that produced it.
+      meanings: setting -> one line on what it does here, where the shared ``MEANINGS`` line
+        (``experiments/_settings.py``) does not fit this experiment.
+      choices: setting -> its valid values, added to (or replacing) the shared ``CHOICES``.
     """
 
     name: str
@@ -74,6 +78,16 @@ class Experiment:
     defaults: Mapping[str, Any]
     build: Callable[[dict[str, Any]], Setup]
     measured: str = ""
+    meanings: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    choices: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+    def meaning(self, key: str) -> str:
+        """One line on what setting ``key`` does ("" for a setting nobody described)."""
+        return self.meanings.get(key, MEANINGS.get(key, ""))
+
+    def all_choices(self) -> dict[str, tuple[str, ...]]:
+        """Each choice-valued setting of this experiment -> its valid values."""
+        return {k: v for k, v in {**CHOICES, **self.choices}.items() if k in self.defaults}
 
     def config(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The defaults with ``overrides`` applied, checked (unknown keys and values out of
@@ -87,7 +101,7 @@ class Experiment:
         if overrides.get("beta") is not None and "clients_per_round" in overrides:
             raise ValueError("set either beta or clients_per_round, not both (beta sets "
                              "clients_per_round = round(beta * num_clients))")
-        check_settings(config, self.defaults)
+        check_settings(config, self.defaults, self.all_choices())
         return config
 
 
@@ -122,11 +136,13 @@ def parse_value(text: str, default: Any) -> Any:
 
 @dataclasses.dataclass
 class RunOutcome:
-    """What :func:`run` returns: per-algorithm histories and the summary rows."""
+    """What :func:`run` returns: per-algorithm histories (the mean over seeds), the summary
+    rows, where the files are, and each algorithm's history per seed."""
 
     histories: dict[str, History]
     summary: list[dict[str, Any]]
     out_dir: Path | None
+    per_seed: dict[str, list[History]] = dataclasses.field(default_factory=dict)
 
 
 def run(
@@ -138,6 +154,9 @@ def run(
     resume: bool = False,
     checkpoint_every: int | None = None,
     mesh: Any = None,
+    checkpoint: bool = True,
+    keep_checkpoints: int = KEEP,
+    tensorboard: bool = False,
 ) -> RunOutcome:
     """Runs every algorithm of an experiment and writes its results.
 
@@ -154,15 +173,30 @@ def run(
       checkpoint_every: rounds between checkpoints (default: every 10 evaluations).
       mesh: a device mesh for ``simulate`` (e.g. a ``"cohort"`` axis: each round's cohort split
         over the devices; :func:`cohort_mesh`).
+      checkpoint: checkpoint each algorithm into ``out_dir/checkpoints/<name>/`` (needed by
+        ``resume``).
+      keep_checkpoints: how many of each algorithm's newest checkpoints to keep.
+      tensorboard: also write TensorBoard events into ``out_dir/tensorboard/<name>/`` at every
+        evaluation (needs tensorboardX, checked first).
+
+    ``metrics.csv`` is rewritten at every evaluation while the algorithms run
+    (:class:`fedjax_avail.callbacks.CSVLogger`); ``summary.json``'s ``seconds`` add up the
+    wall time of every invocation that worked on an algorithm (``--resume``).
 
     Raises:
       ValueError: a bad setting, or an ``out_dir`` that cannot be written (before compute).
+      ImportError: ``tensorboard`` without tensorboardX (before compute).
       fedjax_avail.Interrupted: Ctrl-C; what finished is written and checkpointed first.
     """
     config = experiment.config(overrides)
     check_optional_int("checkpoint_every", checkpoint_every)
+    check_int("keep_checkpoints", keep_checkpoints, 1)
+    if tensorboard and out_dir is None:
+        raise ValueError("tensorboard=True needs an out_dir to write the events to")
     if out_dir is not None:
         out_dir = check_writable_dir(out_dir, "out_dir")
+    if tensorboard:
+        TensorBoard(out_dir / "tensorboard")  # tensorboardX is importable, before any compute
     # One run per output directory; the settings a resume must share are checked first.
     lock = DirectoryLock(out_dir, "out_dir") if out_dir is not None else contextlib.nullcontext()
     with lock:
@@ -180,16 +214,20 @@ def run(
             nonlocal out_dir
             per_seed[name] = [r.history for r in results]
             histories[name] = mean_history(per_seed[name])
-            summary.append(_summary_row(name, status, results, setup, start, stopped, seeds))
+            summary.append(summary_row(name, status, results, setup, start, stopped, seeds))
             if out_dir is not None:
                 out_dir = _write(out_dir, meta, per_seed, summary, experiment, setup, plot, seeds)
 
         for name, algorithm in setup.algorithms.items():
-            checkpoints = None
+            checkpoints, callbacks = None, []
             if out_dir is not None:
                 checkpoints = out_dir / "checkpoints" / name
                 if not resume:
                     shutil.rmtree(checkpoints, ignore_errors=True)
+                callbacks.append(CSVLogger(out_dir / "metrics.csv", {"algorithm": name},
+                                           _csv_rows(per_seed, seeds)))
+                if tensorboard:
+                    callbacks.append(TensorBoard(out_dir / "tensorboard" / name))
             start = time.perf_counter()
             try:
                 result = simulate(
@@ -197,8 +235,10 @@ def run(
                     rounds=setup.rounds_of(name, config), seed=seeds or config["seed"],
                     eval_every=config["eval_every"],
                     test_data=setup.test, progress=progress, desc=name,
-                    checkpoint_dir=checkpoints, checkpoint_every=every,
+                    checkpoint_dir=checkpoints if checkpoint else None,
+                    checkpoint_every=every, checkpoint_keep=keep_checkpoints,
                     train_eval_examples=config.get("train_eval_examples"), mesh=mesh,
+                    callbacks=callbacks,
                 )
                 status, stopped = "ok", None
             except DivergenceError as error:
@@ -210,7 +250,7 @@ def run(
                 raise
             last = len(per_seed) + 1 == len(setup.algorithms)
             record(name, status, _as_list(result), start, stopped, plot=last)
-        return RunOutcome(histories, summary, out_dir)
+        return RunOutcome(histories, summary, out_dir, per_seed)
 
 
 # Settings a resumed run may change: more rounds (never fewer: ``simulate`` refuses that), and
@@ -286,45 +326,11 @@ def mean_history(histories: list[History]) -> History:
     return History(rows)
 
 
-def _number(value: float | None) -> float | None:
-    """None for a value that was not measured or is not finite (JSON has no NaN)."""
-    return None if value is None or not math.isfinite(value) else float(value)
-
-
-def _measures(history: History, setup: Setup) -> dict[str, float | None]:
-    """One run's final numbers."""
-    last = history.rows[-1]
-    out = {
-        "final_train_loss": _number(last["train_loss"]),
-        "final_test_accuracy": _number(last.get("test_accuracy")),
-        "amplitude_last_window": _number(oscillation_amplitude(history, setup.window)),
-    }
-    if "test_client_dissimilarity" in last:
-        out["client_dissimilarity"] = _number(last["test_client_dissimilarity"])
-    if setup.summary:
-        out.update({k: _number(v) for k, v in setup.summary(history).items()})
-    return out
-
-
-def _summary_row(name, status, results, setup, start, stopped, seeds) -> dict[str, Any]:
-    """The summary of one algorithm: its final numbers, averaged over seeds with their std."""
-    measures = [_measures(r.history, setup) for r in results]
-    row: dict[str, Any] = {
-        "algorithm": name,
-        "status": status,
-        "stopped_at_round": stopped,  # the round it diverged in, or was interrupted after
-        "rounds_done": int(results[0].history.rows[-1]["round"]),
-    }
-    for key in measures[0]:
-        values = [m[key] for m in measures if m[key] is not None]
-        row[key] = float(np.mean(values)) if values else None
-        if seeds:
-            row[f"{key}_std"] = float(np.std(values)) if values else None
-    if seeds:
-        row["seeds"] = seeds
-    row["seconds"] = round(time.perf_counter() - start, 2)
-    row["compile_seconds"] = round(results[0].timing["compile"], 2)
-    return row
+def _csv_rows(per_seed: Mapping[str, list[History]], seeds: list[int] | None) -> list[dict]:
+    """The rows of ``metrics.csv``: one per algorithm, seed and evaluation."""
+    return [{"algorithm": name, **({"seed": seeds[i]} if seeds else {}), **row}
+            for name, histories in per_seed.items() for i, history in enumerate(histories)
+            for row in history]
 
 
 def _write(out_dir: Path, meta, per_seed, summary, experiment, setup, plot: bool,
@@ -346,52 +352,13 @@ def _write(out_dir: Path, meta, per_seed, summary, experiment, setup, plot: bool
 def _write_files(out_dir: Path, meta, per_seed, summary, experiment, setup, plot: bool,
                  seeds) -> None:
     """metrics.csv (one row per algorithm, seed and evaluation), config.json, summary.json and
-    the figures (the mean over seeds)."""
-    History([{"algorithm": name, **({"seed": seeds[i]} if seeds else {}), **row}
-             for name, histories in per_seed.items() for i, history in enumerate(histories)
-             for row in history]).to_csv(out_dir / "metrics.csv")
+    the figures (the mean over seeds, in a band from their minimum to their maximum)."""
+    History(_csv_rows(per_seed, seeds)).to_csv(out_dir / "metrics.csv")
     histories = {name: mean_history(h) for name, h in per_seed.items()}
     atomic_write_text(out_dir / "config.json", json.dumps(meta, indent=2, default=str) + "\n")
     atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     if plot:
         for x in setup.x_axes:
             name = "curves.png" if x == "round" else f"curves_{x}.png"
-            plot_histories(histories, out_dir / name, title=experiment.description, x=x)
-
-
-def _cell(value: float | None, width: int) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return f"{'n/a':>{width}}"
-    return f"{value:>{width}.4f}"
-
-
-_STANDARD = ("algorithm", "status", "stopped_at_round", "rounds_done", "final_train_loss",
-             "final_test_accuracy", "amplitude_last_window", "seconds", "compile_seconds",
-             "seeds")
-
-
-def format_summary(summary: list[dict[str, Any]]) -> str:
-    """A fixed-width table of the summary rows ("n/a" where a value was not measured); an
-    experiment's own summary columns (e.g. WKAFL's stability) follow the standard ones."""
-    extra = [k for k in (summary[0] if summary else {})
-             if k not in _STANDARD and not k.endswith("_std")]
-    head = "".join(f" {k[:12]:>12}" for k in extra)
-    lines = [f"{'algorithm':<20} {'train loss':>10} {'test acc':>9} {'amplitude':>10}{head} "
-             f"{'sec':>7}"]
-    for row in summary:
-        flag = "" if row["status"] == "ok" else (
-            f"  ({row['status'].split(':')[0]} at round {row['stopped_at_round']})")
-        cells = "".join(f" {_cell(row[k], 12)}" for k in extra)
-        lines.append(
-            f"{row['algorithm']:<20} {_cell(row['final_train_loss'], 10)} "
-            f"{_cell(row['final_test_accuracy'], 9)} {_cell(row['amplitude_last_window'], 10)}"
-            f"{cells} {row['seconds']:>7.1f}{flag}"
-        )
-        if row.get("seeds"):  # the spread over seeds, under the means
-            stds = "".join(f" {_cell(row.get(f'{k}_std'), 12)}" for k in extra)
-            lines.append(
-                f"{'  +- (std, ' + str(len(row['seeds'])) + ' seeds)':<20} "
-                f"{_cell(row.get('final_train_loss_std'), 10)} "
-                f"{_cell(row.get('final_test_accuracy_std'), 9)} "
-                f"{_cell(row.get('amplitude_last_window_std'), 10)}{stds}")
-    return "\n".join(lines)
+            title = run_title(experiment.name, per_seed, len(seeds or [None]))
+            plot_histories(histories, out_dir / name, title=title, x=x, spread=per_seed)

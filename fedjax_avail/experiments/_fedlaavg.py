@@ -7,46 +7,57 @@ the baselines with FedLaAvg and sequential SGD under that one availability proce
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fedjax_avail import algorithms, availability, data, tasks
 from fedjax_avail.experiments._experiment import Experiment, Setup
-from fedjax_avail.experiments._settings import clients_per_round
+from fedjax_avail.experiments._settings import CHOICES, check_choice, clients_per_round
 from fedjax_avail.experiments._sweep import BETA_SETTINGS, N_SETTINGS, Sweep
 
 
+def _shared(config: dict[str, Any]) -> dict[str, Any]:
+    return dict(clients_per_round=clients_per_round(config), batch_size=config["batch_size"],
+                client_lr=config["lr"])
+
+
+def _local(config: dict[str, Any]) -> dict[str, Any]:
+    return dict(_shared(config), local_steps=config["local_steps"])
+
+
+def _table(config: dict[str, Any]) -> str:
+    return config.get("table_dtype", "float32")
+
+
+_FACTORIES: dict[str, Callable[[dict[str, Any]], algorithms.Algorithm]] = {
+    "fedsgd": lambda c: algorithms.FedSGD(**_shared(c)),
+    "fedavg": lambda c: algorithms.FedAvg(**_local(c)),
+    "fedprox": lambda c: algorithms.FedProx(**_local(c), mu=c["mu"]),
+    "fedlaavg": lambda c: algorithms.FedLaAvg(**_local(c), table_dtype=_table(c)),
+    "fedlaavg_c1": lambda c: algorithms.FedLaAvg(**_shared(c), local_steps=1,
+                                                 table_dtype=_table(c)),
+    "fedadam": lambda c: algorithms.FedAdam(**_local(c)),
+    "mifa": lambda c: algorithms.MIFA(**_local(c), lr_decay=False, table_dtype=_table(c)),
+    "sequential": lambda c: algorithms.SequentialSGD(
+        clients_per_round(c), c["local_steps"], c["batch_size"], c["lr"]),
+}
+ALGORITHMS = tuple(_FACTORIES)  # the choices of the setting ``algorithms``
+
+
 def algorithms_from_config(config: dict[str, Any]) -> dict[str, algorithms.Algorithm]:
-    """The algorithms named by ``config["algorithms"]``, with the config's hyperparameters.
+    """The algorithms named by ``config["algorithms"]`` (among :data:`ALGORITHMS`), with the
+    config's hyperparameters.
 
     K is ``round(beta * num_clients)`` when the setting ``beta`` is given, else
     ``clients_per_round``. Every algorithm runs with the constant learning rate ``lr`` (MIFA's
     decay is switched off). ``table_dtype`` (default float32) is how FedLaAvg and MIFA store
     their ``[N, P]`` table of latest updates.
+
+    Raises:
+      ValueError: a name not in :data:`ALGORITHMS`.
     """
-    shared = dict(
-        clients_per_round=clients_per_round(config),
-        batch_size=config["batch_size"],
-    )
-    local = dict(shared, local_steps=config["local_steps"], client_lr=config["lr"])
-    table = config.get("table_dtype", "float32")
-    factories = {
-        "fedsgd": lambda: algorithms.FedSGD(**dict(shared, client_lr=config["lr"])),
-        "fedavg": lambda: algorithms.FedAvg(**local),
-        "fedprox": lambda: algorithms.FedProx(**local, mu=config["mu"]),
-        "fedlaavg": lambda: algorithms.FedLaAvg(**local, table_dtype=table),
-        "fedlaavg_c1": lambda: algorithms.FedLaAvg(**dict(shared, local_steps=1,
-                                                         client_lr=config["lr"]),
-                                                   table_dtype=table),
-        "fedadam": lambda: algorithms.FedAdam(**local),
-        "mifa": lambda: algorithms.MIFA(**local, lr_decay=False, table_dtype=table),
-        "sequential": lambda: algorithms.SequentialSGD(
-            shared["clients_per_round"], config["local_steps"], config["batch_size"], config["lr"]
-        ),
-    }
-    unknown = [name for name in config["algorithms"] if name not in factories]
-    if unknown:
-        raise ValueError(f"algorithms {unknown} unknown; choose from {sorted(factories)}")
-    return {name: factories[name]() for name in config["algorithms"]}
+    check_choice("algorithms", tuple(config["algorithms"]), ALGORITHMS)
+    return {name: _FACTORIES[name](config) for name in config["algorithms"]}
 
 
 def _diurnal(config: dict[str, Any], fd: data.FederatedData) -> availability.AvailabilityProcess:
@@ -71,9 +82,8 @@ def load_mnist_for(config: dict[str, Any]) -> tuple[dict, dict]:
     """MNIST from ``config["source"]``: ``"idx"`` files in ``config["data_dir"]`` or ``"tfds"``."""
     if config["source"] == "tfds":
         return data.load_mnist_tfds()
-    if config["source"] == "idx":
-        return data.load_mnist(config["data_dir"])
-    raise ValueError(f"source must be 'idx' or 'tfds', got {config['source']!r}")
+    check_choice("source", config["source"], CHOICES["source"])
+    return data.load_mnist(config["data_dir"])
 
 
 def _build_mnist(config: dict[str, Any]) -> Setup:
@@ -90,6 +100,7 @@ DEFAULT = Experiment(
         algorithms=("fedavg", "fedlaavg", "sequential"),
     ),
     build=_build_digits,
+    choices={"algorithms": ALGORITHMS},
     measured=(
         "`fedjax-avail run` (2026-11-22, 2-core CPU, ~10 s): final train loss / test acc / "
         "amplitude over the last 2E rounds: fedavg 0.304 / 0.919 / 0.107, "
@@ -107,6 +118,7 @@ FEDLAAVG_MNIST = Experiment(
         source="idx", data_dir=None, table_dtype="float32",
     ),
     build=_build_mnist,
+    choices={"algorithms": ALGORITHMS},
     measured=(
         "`fedjax-avail run fedlaavg-mnist` (2026-11-22, 2-core CPU, ~2.6 min): final train loss / "
         "test acc / amplitude over the last 2E rounds: fedsgd 0.574 / 0.876 / 0.151, "

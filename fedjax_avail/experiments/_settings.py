@@ -1,7 +1,9 @@
 """Checks of experiment settings, naming the setting as the user typed it (``--set lr=-1``).
 
 Each known setting has one rule; a setting an experiment has but this table does not know is
-checked by the library call it feeds.
+checked by the library call it feeds. A setting whose value must be one of a fixed set has its
+choices in :data:`CHOICES` (or an experiment's own ``choices``): the checks here and the
+settings listed by ``describe`` and ``run NAME --help`` read them from there.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fedjax_avail._checks import is_int, is_real
+from fedjax_avail.cohort import TABLE_DTYPES
 from fedjax_avail.inputs import MAX_ROUNDS
+from fedjax_avail.selection._submodular import PHIS
 
 
 def _int(low: int, high: int | None = None) -> tuple[str, Callable[[Any], bool]]:
@@ -68,10 +72,71 @@ RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "algorithms": ("a non-empty list of algorithm names, e.g. --set algorithms=fedavg,fedlaavg",
                    lambda v: isinstance(v, tuple) and len(v) > 0
                    and all(isinstance(x, str) and x for x in v)),
-    "table_dtype": ("one of 'float32', 'bfloat16', 'int8'",
-                    lambda v: v in ("float32", "bfloat16", "int8")),
 }
 
+# Settings shared by several experiments whose value must be one of these; an experiment adds
+# or replaces entries with its own ``choices`` (e.g. its ``algorithms``, its ``model``).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "source": ("idx", "tfds"),
+    "table_dtype": TABLE_DTYPES,
+    "pixels": ("raw", "unit"),
+    "phi": PHIS,
+}
+
+# One line of meaning per setting, shown by ``describe`` and ``run NAME --help``; an experiment
+# whose setting means something else there says so in its own ``meanings``.
+MEANINGS: dict[str, str] = {
+    "num_clients": "N, the clients the training set is split among",
+    "clients_per_round": "K, the clients that train in each round (the cohort)",
+    "beta": "K as a share of N: K = round(beta * N) (none: clients_per_round sets K)",
+    "local_steps": "C, the local SGD steps a client takes in a round",
+    "batch_size": "B, the examples of one local SGD step",
+    "lr": "the clients' learning rate (constant, the same for every algorithm)",
+    "E": "diurnal availability: clients with labels < D are available for E rounds, then the "
+         "others for E rounds; the amplitude is measured over the last 2E rounds",
+    "D": "diurnal availability: the clients holding labels < D form the first group",
+    "mu": "FedProx's proximal weight (mu)",
+    "rounds": "the server updates to run",
+    "eval_every": "rounds between evaluations (one metrics.csv row per algorithm each)",
+    "seed": "the random seed of the data split, the availability process and the training",
+    "seeds": "seeds trained together in one compiled program (summary: mean and std); the data "
+             "split uses seed",
+    "algorithms": "the algorithms compared, in this order",
+    "source": "where MNIST comes from: IDX files (data_dir) or TensorFlow Datasets",
+    "data_dir": "the directory holding the data (none: $FEDJAX_AVAIL_MNIST_DIR for IDX files)",
+    "table_dtype": "how FedLaAvg and MIFA store their [N, P] table of latest updates",
+    "alpha": "label skew by hour of day, in [0, 0.5] (0: none)",
+    "csv_path": "the authors' Sentiment140 CSV (none: TFDS sentiment140)",
+    "download": "let TFDS download and prepare the data (false where offline)",
+    "glove_path": "GloVe Twitter 25-d embeddings (none: a random trainable embedding)",
+    "max_len": "tokens kept per tweet",
+    "vocab_size": "words in the vocabulary",
+    "process": "the availability process (module docstring of experiments/_availability_sweep)",
+    "mean_availability": "m, the long-run share of clients available",
+    "markov_p_off": "markov process: the chance an available client goes offline each round",
+    "rounds_per_hour": "hour-of-day process: rounds per simulated hour",
+    "labels": "L_num, the distinct labels each client holds (WKAFL Alg. 4)",
+    "min_size": "the fewest examples a client holds (WKAFL Alg. 4)",
+    "max_size": "the most examples a client holds (WKAFL Alg. 4)",
+    "model": "the model trained",
+    "pixels": "raw: 0-255 pixel floats (the authors' code); unit: scaled to [0, 1]",
+    "history": "H, the global models kept for stale gradients (none: every client's start model)",
+    "switch_round": "the iteration WKAFL's stage 2 starts at",
+    "train_eval_examples": "training examples the training loss is measured on (none: all)",
+    "concurrency": "M, the most client jobs in flight at once (FedBuff, FedAsync)",
+    "duration_mean": "the mean of a job's log-normal duration (virtual time)",
+    "duration_sigma": "the log-normal sigma of a job's duration",
+    "speed_sigma": "the log-normal sigma of each client's speed factor",
+    "p_on": "Markov availability: the chance an offline client comes online each round",
+    "p_off": "Markov availability: the chance an online client goes offline each round",
+    "classes": "the distinct classes each client holds, in equal shares",
+    "lam": "SubTrunc's lambda, the weight of the truncated loss term (0: DivFL)",
+    "b": "SubTrunc's truncation b of the summed losses",
+    "phi": "SubTrunc's phi, applied to each client's loss",
+    "window": "UnionFL's look-back window: rounds a selected client stays penalised",
+    "candidates": "r, stochastic greedy's candidates per step (DivFL, SubTrunc, UnionFL)",
+    "poc_d": "Power-of-Choice's d, candidates per round in [K, N] (none: N)",
+}
 
 NULLABLE = {"history"}  # None has a meaning whatever the default (per-client model copies)
 
@@ -81,19 +146,24 @@ def optional(defaults: Mapping[str, Any], key: str) -> bool:
     return key in NULLABLE or (key in defaults and defaults[key] is None)
 
 
-def check_settings(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
-    """Raises ValueError naming the first setting outside its allowed range.
+def check_settings(config: Mapping[str, Any], defaults: Mapping[str, Any],
+                   choices: Mapping[str, tuple[str, ...]] | None = None) -> None:
+    """Raises ValueError naming the first setting outside its allowed range or choices.
 
     A setting whose default is None may also be None (it then means the documented default
-    behaviour, e.g. each method's own learning rate).
+    behaviour, e.g. each method's own learning rate). ``choices``: setting -> its valid values
+    (for a tuple-valued setting such as ``algorithms``, each item's).
     """
     for key, value in config.items():
-        if key not in RULES or (value is None and optional(defaults, key)):
+        if value is None and optional(defaults, key):
             continue
-        allowed, ok = RULES[key]
-        if not ok(value):
-            prefix = "None or " if optional(defaults, key) else ""
-            raise ValueError(f"setting {key} must be {prefix}{allowed}, got {value!r}")
+        if key in RULES:
+            allowed, ok = RULES[key]
+            if not ok(value):
+                prefix = "None or " if optional(defaults, key) else ""
+                raise ValueError(f"setting {key} must be {prefix}{allowed}, got {value!r}")
+        if choices and key in choices:
+            check_choice(key, value, choices[key])
     if config.get("poc_d") is not None and "num_clients" in config:
         n = config["num_clients"]
         k = clients_per_round(config) if "clients_per_round" in config else 1
@@ -106,6 +176,20 @@ def check_settings(config: Mapping[str, Any], defaults: Mapping[str, Any]) -> No
         if cohort < 1:
             raise ValueError(f"setting beta={config['beta']} gives round(beta * num_clients) = "
                              f"{cohort} clients per round; it must be at least 1")
+
+
+def check_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
+    """Raises ValueError unless ``value`` (each item of a tuple ``value``) is in ``choices``.
+
+    Example: ``check_choice("model", "cnn", ("cnn", "mlp"))`` passes; ``"rnn"`` raises
+    ``setting model must be one of ('cnn', 'mlp'), got 'rnn'``.
+    """
+    if isinstance(value, tuple):
+        unknown = [item for item in value if item not in choices]
+        if unknown:
+            raise ValueError(f"setting {key} must list only {choices}, got unknown {unknown}")
+    elif value not in choices:
+        raise ValueError(f"setting {key} must be one of {choices}, got {value!r}")
 
 
 def clients_per_round(config: Mapping[str, Any]) -> int:

@@ -17,9 +17,11 @@ from typing import Any
 from fedjax_avail import algorithms, availability, data, selection, tasks
 from fedjax_avail.experiments._experiment import Experiment, Setup
 from fedjax_avail.experiments._fedlaavg import load_mnist_for
+from fedjax_avail.experiments._settings import check_choice
 from fedjax_avail.experiments._sweep import Sweep
 
 METHODS = ("random", "poc", "divfl", "subtrunc", "unionfl")
+MODELS = ("lenet", "lr")
 
 
 def strategy(name: str, config: dict[str, Any]):
@@ -33,8 +35,7 @@ def strategy(name: str, config: dict[str, Any]):
         "unionfl": lambda: selection.UnionFL(config["candidates"], mu=config["mu"],
                                              window=config["window"]),
     }
-    if name not in table:
-        raise ValueError(f"algorithms must be among {METHODS}, got {name!r}")
+    check_choice("algorithms", (name,), METHODS)
     return table[name]()
 
 
@@ -46,8 +47,6 @@ def _build(config: dict[str, Any]) -> Setup:
                                           k=config["classes"], seed=config["seed"])
     task = tasks.lenet5((28, 28, 1)) if config["model"] == "lenet" else (
         tasks.logistic_regression(784, 10))
-    if config["model"] not in ("lenet", "lr"):
-        raise ValueError(f"setting model must be 'lenet' or 'lr', got {config['model']!r}")
     common = dict(clients_per_round=config["clients_per_round"],
                   local_steps=config["local_steps"], batch_size=config["batch_size"],
                   client_lr=config["lr"])
@@ -66,6 +65,12 @@ SUBTRUNC_MNIST = Experiment(
         algorithms=METHODS, source="idx", data_dir=None,
     ),
     build=_build,
+    meanings={"mu": "UnionFL's penalty mu on each client selected in the last window rounds "
+                    "(0: DivFL)",
+              "model": "the model trained: LeNet-5 or logistic regression",
+              "algorithms": "the selection strategies compared (each with FedAvg), in this "
+                            "order"},
+    choices={"algorithms": METHODS, "model": MODELS},
     measured=(
         "`fedjax-avail run subtrunc-mnist --set model=lr --set lr=0.1` (2026-11-22, 2-core CPU, "
         "~2.7 min): test acc / client dissimilarity [%], mean +- std over 5 seeds: random 89.86 "

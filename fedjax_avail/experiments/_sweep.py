@@ -13,7 +13,7 @@ from fedjax_avail._io import atomic_write_text, check_writable_dir
 from fedjax_avail._lock import DirectoryLock
 from fedjax_avail._provenance import provenance
 from fedjax_avail.experiments._experiment import Experiment, RunOutcome, run
-from fedjax_avail.plotting import plot_grid, plot_histories
+from fedjax_avail.plotting import plot_grid, plot_histories, run_title
 
 # FedLaAvg Fig. 5/9 and 7/11 vary N (beta = 0.1) and beta (N = 1000) without giving the values
 # (spec sec. 4.4); these span the text's N = 200 and the defaults N = 1000, beta = 0.1. K is
@@ -86,9 +86,11 @@ def run_sweep(
     resume: bool = False,
     checkpoint_every: int | None = None,
     mesh: Any = None,
+    **run_options: Any,
 ) -> dict[str, RunOutcome]:
     """Runs every panel; writes ``<label>/`` per panel, plus a combined ``summary.json`` and
-    ``grid.png`` (training loss and test accuracy of every panel).
+    ``grid.png`` (training loss and test accuracy of every panel). ``run_options``
+    (``checkpoint``, ``keep_checkpoints``, ``tensorboard``) go to each panel's :func:`run`.
 
     Raises:
       ValueError: an override of a setting that the panels set themselves (e.g. ``E`` in the
@@ -104,7 +106,8 @@ def run_sweep(
         for label, panel in panels.items():
             panel_dir = None if out_dir is None else Path(out_dir) / _slug(label)
             outcomes[label] = run(sweep.base, panel, panel_dir, progress,
-                                  resume=resume, checkpoint_every=checkpoint_every, mesh=mesh)
+                                  resume=resume, checkpoint_every=checkpoint_every, mesh=mesh,
+                                  **run_options)
         if out_dir is not None:
             summary = [{"setting": label, **row} for label, o in outcomes.items()
                        for row in o.summary]
@@ -112,14 +115,35 @@ def run_sweep(
             atomic_write_text(out_dir / "config.json", json.dumps(
                 {"sweep": sweep.name, "overrides": shared, "settings": sweep.settings,
                  "provenance": provenance()}, indent=2, default=str) + "\n")
+            title = sweep_title(sweep, panels, outcomes)
             if sweep.overlay:
                 curves = {f"{label} ({name})": history for label, o in outcomes.items()
                           for name, history in o.histories.items()}
-                plot_histories(curves, out_dir / "grid.png", title=sweep.description)
+                spread = {f"{label} ({name})": seeds for label, o in outcomes.items()
+                          for name, seeds in o.per_seed.items()}
+                plot_histories(curves, out_dir / "grid.png", title=title, spread=spread)
             else:
                 plot_grid({label: o.histories for label, o in outcomes.items()},
-                          out_dir / "grid.png", title=sweep.description)
+                          out_dir / "grid.png", title=title)
     return outcomes
+
+
+def sweep_title(sweep: Sweep, panels: Mapping[str, Mapping[str, Any]],
+                outcomes: Mapping[str, RunOutcome]) -> str:
+    """A sweep figure's title from what was run: the sweep, the algorithms drawn, the seeds and
+    the settings the panels vary, e.g. ``"fedlaavg-mnist-fig4: fedavg, fedlaavg; 1 seed; over
+    E, D"``.
+
+    Args:
+      sweep: the sweep.
+      panels: panel label -> its overrides of ``sweep.base`` (:func:`sweep_settings`).
+      outcomes: panel label -> its :class:`RunOutcome`.
+    """
+    config = sweep.base.config(next(iter(panels.values())))
+    algorithms = dict.fromkeys(name for o in outcomes.values() for name in o.histories)
+    varied = dict.fromkeys(key for setting in sweep.settings.values() for key in setting)
+    return (f"{run_title(sweep.name, algorithms, len(config.get('seeds') or [None]))}; over "
+            f"{', '.join(varied)}")
 
 
 def _slug(label: str) -> str:

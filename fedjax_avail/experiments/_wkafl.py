@@ -29,6 +29,18 @@ ABLATIONS = {  # the ablation scripts also drop the CB clip (wkafl.md 7.6)
     "wkafl_no_staleness": dict(staleness_weighting=False, clipping=False),
     "wkafl_no_noniid": dict(alpha=0.0, clipping=False),
 }
+_CHOICES = {"algorithms": (*CODE_LR, *ABLATIONS), "model": MODELS,
+           "source": ("idx", "tfds", "emnist")}
+_MEANINGS = {
+    "clients_per_round": "K, the gradients each server update waits for (K-of-P)",
+    "batch_size": "m, the examples of one gradient",
+    "lr": "the learning rate of every method (none: each method's own, from the authors' "
+          "scripts)",
+    "rounds": "the server updates (iterations) to run",
+    "source": "where the digits come from: IDX files (data_dir), TFDS MNIST, or TFDS "
+              "EMNIST-MNIST (the paper's)",
+    "model": "the model trained: the EMNIST CNN, an MLP, or logistic regression",
+}
 
 
 def stability(history: History, last: int = 10) -> dict[str, float]:
@@ -54,14 +66,6 @@ def _algorithm(name: str, config: dict[str, Any]) -> algorithms.Algorithm:
 
 
 def _build(config: dict[str, Any]) -> Setup:
-    known = [*CODE_LR, *ABLATIONS]
-    unknown = [name for name in config["algorithms"] if name not in known]
-    if unknown:
-        raise ValueError(f"algorithms {unknown} unknown; choose from {known}")
-    if config["model"] not in MODELS:
-        raise ValueError(f"setting model must be one of {MODELS}, got {config['model']!r}")
-    if config["pixels"] not in ("raw", "unit"):
-        raise ValueError(f"setting pixels must be 'raw' or 'unit', got {config['pixels']!r}")
     if config["source"] == "emnist":
         train, test = data.load_emnist("mnist", data_dir=config["data_dir"])
         train = {"x": train["x"][..., 0], "y": train["y"]}
@@ -93,6 +97,8 @@ WKAFL_MNIST = Experiment(
         source="idx", data_dir=None, train_eval_examples=None,
     ),
     build=_build,
+    meanings=_MEANINGS,
+    choices=_CHOICES,
 )
 
 WKAFL_MNIST_TABLE2 = Sweep(
@@ -136,6 +142,8 @@ WKAFL_MNIST_ABLATION = Experiment(
               "algorithms": ("wkafl", "wkafl_no_selection", "wkafl_no_staleness",
                              "wkafl_no_noniid")},
     build=_build,
+    meanings=_MEANINGS,
+    choices=_CHOICES,
     measured=(
         "`fedjax-avail run wkafl-mnist-ablation --set model=lr --set pixels=unit --set lr=0.05` "
         "(2026-11-22, P/K = 300): final test acc WKAFL 0.897, no selection 0.900, "

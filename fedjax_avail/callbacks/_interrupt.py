@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import signal
 import threading
+from pathlib import Path
+
+import numpy as np
+
+from fedjax_avail.callbacks._callback import Callback, Run
+from fedjax_avail.results import Interrupted
 
 _UNSET = object()
 
@@ -39,3 +45,28 @@ class StopOnInterrupt:
             # getsignal gives None for a handler not installed from Python: restore the default.
             signal.signal(signal.SIGINT, self._previous if self._previous is not None
                           else signal.default_int_handler)
+
+
+class StopOnCtrlC(Callback):
+    """Ctrl-C ends the run at the next chunk boundary with :class:`fedjax_avail.Interrupted`,
+    after the boundary's checkpoint is saved (listed first, so the callbacks after it, the
+    checkpointing among them, see the stop)."""
+
+    def __init__(self, checkpoint_dir: Path | None):
+        self.checkpoint_dir = checkpoint_dir
+        self._signal = StopOnInterrupt()
+
+    def on_run_start(self, run: Run) -> None:
+        self._signal.__enter__()
+
+    def on_chunk_end(self, run: Run, metrics: dict[str, np.ndarray]) -> None:
+        if not self._signal.requested or run.done >= run.rounds:  # the last chunk: finished
+            return
+        where = self.checkpoint_dir
+        message = (f"interrupted after round {run.done} of {run.rounds}"
+                   + (f"; saved to {where}, run again with the same arguments to resume"
+                      if where else " (no checkpoint_dir: nothing saved)"))
+        run.stop("interrupted", Interrupted(message, run.result(), where))
+
+    def on_run_end(self, run: Run) -> None:
+        self._signal.__exit__()

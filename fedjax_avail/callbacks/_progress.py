@@ -1,9 +1,10 @@
 """The progress display of a run: rounds/s and ETA measured on the rounds themselves.
 
 The rate and the ETA come from the engine's own round time (compilation and evaluation
-excluded), so the first estimate is not thrown off by a long compile. On a terminal it is a
-tqdm bar; when stderr is not a terminal (a log file, CI), one plain line is written at most
-every ``interval`` seconds and at the end, instead of a stream of carriage returns.
+excluded), so the first estimate is not thrown off by a long compile; until the first chunk
+has run the display says "compiling". On a terminal it is a tqdm bar; when stderr is not a
+terminal (a log file, CI), one plain line is written at most every ``interval`` seconds and at
+the end, instead of a stream of carriage returns.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ from __future__ import annotations
 import sys
 import time
 
+import numpy as np
 from tqdm.auto import tqdm
+
+from fedjax_avail.callbacks._callback import Callback, Run
 
 
 class Progress:
@@ -54,9 +58,43 @@ class Progress:
             print(f"{self.desc}: {self.done}/{self.total} rounds, {text}", file=sys.stderr,
                   flush=True)
 
+    def compiling(self) -> None:
+        """Says that the first chunk is being compiled (no rate is known yet)."""
+        if self._bar is not None:
+            self._bar.set_postfix_str("compiling", refresh=True)
+        elif self.enabled:
+            print(f"{self.desc}: compiling ({self.done}/{self.total} rounds done)",
+                  file=sys.stderr, flush=True)
+
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+
+
+class ProgressDisplay(Callback):
+    """:class:`Progress` driven by the run: "compiling" at the start, then the rounds/s, ETA
+    and the latest training loss after every chunk."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self._progress: Progress | None = None
+        self._loss: float | None = None
+
+    def on_run_start(self, run: Run) -> None:
+        self._progress = Progress(run.rounds, run.done, run.desc, self.enabled)
+        self._progress.compiling()
+
+    def on_evaluation(self, run: Run, rows: list[dict[str, float]]) -> None:
+        self._loss = rows[0]["train_loss"]
+
+    def on_chunk_end(self, run: Run, metrics: dict[str, np.ndarray]) -> None:
+        length = len(next(iter(metrics.values())))
+        self._progress.update(length, run.timing["run"], run.done - run.started_at, self._loss)
+        self._loss = None
+
+    def on_run_end(self, run: Run) -> None:
+        if self._progress is not None:
+            self._progress.close()
 
 
 def _duration(seconds: float) -> str:

@@ -1,0 +1,122 @@
+"""Outputs that describe the run: figure titles, seed bands, table headers, compare legends."""
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from fedjax_avail import experiments
+from fedjax_avail.experiments import _experiment, _sweep
+from fedjax_avail.history import History
+from fedjax_avail.plotting import plot_histories, run_title
+
+
+def _history(loss: float, rounds: int = 4, accuracy: float | None = 0.5) -> History:
+    return History([{"round": r, "train_loss": loss / (r + 1),
+                     **({} if accuracy is None else {"test_accuracy": accuracy + 0.01 * r})}
+                    for r in range(rounds)])
+
+
+def _per_seed() -> dict[str, list[History]]:
+    return {"fedavg": [_history(1.0, accuracy=0.5), _history(2.0, accuracy=0.6)],
+            "fedlaavg": [_history(3.0, accuracy=0.7), _history(5.0, accuracy=0.9)]}
+
+
+def test_run_title_names_the_seeds_and_every_algorithm():
+    title = run_title("fedlaavg-mnist", ["fedavg", "fedlaavg", "sequential"], 2)
+    assert title == "fedlaavg-mnist: fedavg, fedlaavg, sequential; 2 seeds"
+    assert run_title("digits-diurnal", ["fedavg"], 1).endswith("; 1 seed")
+
+
+def test_result_figures_are_titled_from_the_run_and_get_the_seeds(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(_experiment, "plot_histories",
+                        lambda *args, **kwargs: calls.append((args, kwargs)))
+    experiment = SimpleNamespace(name="subtrunc-mnist", description="... over 5 seeds")
+    per_seed = _per_seed()
+    _experiment._write_files(tmp_path, {}, per_seed, [], experiment,
+                             SimpleNamespace(x_axes=("round", "virtual_time")), True, [3, 4])
+    assert len(calls) == 2  # one figure per x axis
+    for _, kwargs in calls:
+        assert kwargs["title"] == "subtrunc-mnist: fedavg, fedlaavg; 2 seeds"
+        assert kwargs["spread"] is per_seed
+
+
+def test_multi_seed_curves_get_a_min_max_band():
+    per_seed = _per_seed()
+    means = {name: _experiment.mean_history(runs) for name, runs in per_seed.items()}
+    figure = plot_histories(means, spread=per_seed)
+    loss, accuracy = figure.axes
+    assert len(loss.collections) == len(accuracy.collections) == 2  # one band per algorithm
+    band = loss.collections[1].get_paths()[0].vertices  # fedlaavg's: seeds 3.0 and 5.0
+    expected = np.array([3.0, 5.0]) / np.arange(1, 5)[:, None]
+    np.testing.assert_allclose(sorted(set(np.round(band[:, 1], 6))),
+                               sorted(set(np.round(expected.ravel(), 6))))
+    lone = plot_histories(means, spread={"fedavg": per_seed["fedavg"][:1]})
+    assert not lone.axes[0].collections  # one seed: a line, no band
+    assert not plot_histories(means).axes[0].collections
+
+
+def test_summary_headers_are_whole_and_columns_aligned():
+    rows = [
+        {"algorithm": "random", "status": "ok", "stopped_at_round": None,
+         "final_train_loss": 0.3, "final_test_accuracy": 0.9, "amplitude_last_window": None,
+         "client_dissimilarity": 4.5, "seconds": 12.3, "seeds": [0, 1],
+         "final_train_loss_std": 0.01, "client_dissimilarity_std": 1.25},
+        {"algorithm": "poc", "status": "diverged: loss NaN", "stopped_at_round": 7,
+         "final_train_loss": 12345.5, "final_test_accuracy": None,
+         "amplitude_last_window": 0.1, "client_dissimilarity": None, "seconds": 1.0},
+    ]
+    header, mean, std, diverged = experiments.format_summary(rows).splitlines()
+    assert "client_dissimilarity" in header.split()
+    end = header.index("client_dissimilarity") + len("client_dissimilarity")
+    assert mean[:end].endswith(" 4.5000") and std[:end].endswith(" 1.2500")
+    assert diverged[:end].endswith(" n/a") and diverged.endswith("(diverged at round 7)")
+    loss_end = header.index("train loss") + len("train loss")
+    assert mean[:loss_end].endswith(" 0.3000") and diverged[:loss_end].endswith(" 12345.5000")
+
+
+def _finished_run(directory, **settings):
+    directory.mkdir(parents=True)
+    History([{"algorithm": "fedavg", "round": r, "train_loss": 1.0 / (r + 1)}
+             for r in range(3)]).to_csv(directory / "metrics.csv")
+    config = {"experiment": "digits-diurnal", "rounds": 2, "lr": 0.05, **settings,
+              "provenance": {"time": str(directory)}}  # differs, and is no setting
+    (directory / "config.json").write_text(json.dumps(config))
+
+
+def _legend(figure) -> list[str]:
+    return [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+
+
+def test_compare_legend_names_the_setting_that_differs(tmp_path):
+    _finished_run(tmp_path / "a", lr=0.05)
+    _finished_run(tmp_path / "b", lr=0.1, algorithms=["fedavg", "fedlaavg"])
+    figure = experiments.compare_runs([tmp_path / "a", tmp_path / "b"], tmp_path / "ab.png")
+    assert _legend(figure) == ["fedavg (lr=0.05)", "fedavg (lr=0.1, algorithms=fedavg,fedlaavg)"]
+    assert figure._suptitle.get_text() == "digits-diurnal: runs differing in lr, algorithms"
+    assert (tmp_path / "ab.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_compare_falls_back_to_folder_names_when_no_setting_differs(tmp_path):
+    _finished_run(tmp_path / "first")
+    _finished_run(tmp_path / "again")
+    figure = experiments.compare_runs([tmp_path / "first", tmp_path / "again"],
+                                      tmp_path / "c.png")
+    assert _legend(figure) == ["fedavg (first)", "fedavg (again)"]
+    assert figure._suptitle.get_text() == "digits-diurnal: first, again"
+
+
+@pytest.mark.parametrize("name, seeds", [("subtrunc-mnist-table2", 5),
+                                         ("fedlaavg-mnist-fig4", 1)])
+def test_sweep_titles_come_from_what_was_run(name, seeds):
+    sweep = experiments.get(name)
+    panels = experiments.sweep_settings(sweep, {"algorithms": ("fedavg",)} if seeds == 1 else {})
+    outcomes = {label: SimpleNamespace(histories={a: None for a in
+                                                  sweep.base.config(panel)["algorithms"]})
+                for label, panel in panels.items()}
+    title = _sweep.sweep_title(sweep, panels, outcomes)
+    algorithms = ", ".join(sweep.base.config(next(iter(panels.values())))["algorithms"])
+    varied = ", ".join(dict.fromkeys(k for s in sweep.settings.values() for k in s))
+    assert title == (f"{name}: {algorithms}; {seeds} seed{'s' * (seeds > 1)}; over {varied}")
