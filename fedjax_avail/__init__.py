@@ -20,6 +20,7 @@ from fedjax_avail import (
     testing,
 )
 from fedjax_avail._lock import DirectoryBusyError
+from fedjax_avail.compilation_cache import enable_compilation_cache
 from fedjax_avail.data import FederatedData
 from fedjax_avail.engine import simulate
 from fedjax_avail.history import History
@@ -45,6 +46,7 @@ __all__ = [
     "clock",
     "cohort",
     "data",
+    "enable_compilation_cache",
     "estimate_memory",
     "fairness",
     "local",

@@ -18,6 +18,7 @@ from typing import Any
 from fedjax_avail import experiments
 from fedjax_avail._lock import DirectoryBusyError
 from fedjax_avail.checkpoint import KEEP
+from fedjax_avail.compilation_cache import ENV, enable_compilation_cache
 from fedjax_avail.experiments._settings import optional
 from fedjax_avail.results import Interrupted
 
@@ -171,6 +172,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--tensorboard", action="store_true",
                      help="also write TensorBoard logs to OUT/tensorboard at every evaluation "
                           "(needs tensorboardX)")
+    run.add_argument("--no-compilation-cache", action="store_true",
+                     help="compile every program afresh (default: reuse compiled programs "
+                          "kept in ~/.cache/fedjax_avail/jax, or $XDG_CACHE_HOME; "
+                          f"${ENV}=0 also turns it off, =DIR moves it)")
     run.add_argument("--no-checkpoint", action="store_true",
                      help="write no checkpoints (a run cannot then be resumed)")
     run.add_argument("--keep-checkpoints", type=int, default=KEEP, metavar="K",
@@ -235,6 +240,8 @@ def _run(args) -> int:
     if args.dry_run:
         return _dry_run(experiment, overrides)
     out_dir = args.out or Path("runs") / experiment.name
+    if not args.no_compilation_cache:
+        enable_compilation_cache()
     if args.resume and args.no_checkpoint:
         raise UserError("--resume continues from checkpoints; it cannot go with --no-checkpoint")
     options = dict(progress=not args.no_progress, resume=args.resume,

@@ -34,21 +34,24 @@ from fedjax_avail import _keys, inputs, memory
 from fedjax_avail import cohort as cohort_lib
 from fedjax_avail import runs as runs_lib
 from fedjax_avail._checks import Annotated, Count, Range, Seed, checked
+from fedjax_avail._host import to_host
 from fedjax_avail._io import check_writable_dir
 from fedjax_avail._lock import DirectoryLock
 from fedjax_avail.algorithms import Algorithm, RoundInput
 from fedjax_avail.availability import AvailabilityProcess, reports_of
 from fedjax_avail.callbacks import (
     Callback,
+    Checkpointing,
     DivergenceGuard,
+    MeasureHeld,
     ProgressDisplay,
     Run,
     StopOnCtrlC,
-    dispatch,
 )
-from fedjax_avail.checkpoint import KEEP, Checkpointing, run_settings
+from fedjax_avail.callbacks._callback import dispatch, run_end
+from fedjax_avail.checkpoint import KEEP, run_settings
 from fedjax_avail.data import FederatedData
-from fedjax_avail.evaluation import RunEvaluation, to_host
+from fedjax_avail.evaluation import RunEvaluation
 from fedjax_avail.local import Problem
 from fedjax_avail.results import DivergenceError, Interrupted, Result
 from fedjax_avail.tasks import Task
@@ -146,6 +149,8 @@ class Runs(NamedTuple):
 
 
 def _runs_of(seed: Any, algorithm: Any, availability: Any) -> Runs:
+    """``simulate``'s seed, algorithm and availability arguments as aligned runs (any of them
+    may be a list; the others repeat)."""
     count = runs_lib.run_count(seed, algorithm, availability)
 
     def each(value):
@@ -185,25 +190,29 @@ def _initial_carry(task: Task, num_clients: int, runs: Runs) -> tuple[Any, Any]:
 
 
 class Placement(NamedTuple):
-    carry: Any
+    """The data on the devices and how the carry and the data are split (None without a
+    mesh): what the compiled programs are built for."""
+
     data: FederatedData
-    carry_shardings: Any  # None without a mesh
+    carry_shardings: Any
     data_shardings: Any
 
 
-def _place(carry: Any, data: FederatedData, mesh: Mesh | None, several: bool) -> Placement:
+def _place(carry: Any, data: FederatedData, mesh: Mesh | None, several: bool
+           ) -> tuple[Any, Placement]:
     """The carry and the data on the devices: split over a mesh's ``"clients"`` axis
-    (:func:`fedjax_avail.cohort.client_shardings`), else on the default device."""
+    (:func:`fedjax_avail.cohort.client_shardings`), else on the default device. The caller
+    drops its own carry: the placed one replaces it (never two states at once)."""
     if mesh is None:
-        return Placement(carry, jax.device_put(data), None, None)
+        return carry, Placement(jax.device_put(data), None, None)
     n = data.num_clients
     carry_shardings = cohort_lib.client_shardings(carry, n, mesh, int(several))
     data_shardings = data.replace(
         arrays=cohort_lib.example_shardings(data.arrays, mesh),
         offsets=cohort_lib.client_shardings(data.offsets, n, mesh),
         counts=cohort_lib.client_shardings(data.counts, n, mesh))
-    return Placement(jax.device_put(carry, carry_shardings), jax.device_put(data, data_shardings),
-                     carry_shardings, data_shardings)
+    return (jax.device_put(carry, carry_shardings),
+            Placement(jax.device_put(data, data_shardings), carry_shardings, data_shardings))
 
 
 class RoundChunks:
@@ -263,6 +272,7 @@ class RoundChunks:
         return self._compiled[length]
 
     def __call__(self, run: Run, end: int) -> dict[str, np.ndarray]:
+        """Runs rounds ``[run.done, end)``; returns their metrics, each ``[length(, S)]``."""
         round_ids = jnp.arange(run.done, end, dtype=jnp.int32)
         executable = self._executable(run, round_ids)
         data, keys, hyper = self._args
@@ -306,6 +316,8 @@ def _prepare(run: Run, prepare: Callable[..., Any], task: Task, placement: Place
 
 
 def _check_prepared(run: Run, finite: np.ndarray) -> None:
+    """Raises :class:`DivergenceError` naming the first run whose prepared state is not
+    finite (``finite``: ``[S]``)."""
     if not finite.all():
         bad = int(np.argmin(finite))
         raise DivergenceError(
@@ -316,12 +328,14 @@ def _check_prepared(run: Run, finite: np.ndarray) -> None:
 
 
 def _warn_dropped(results: list[Result], algorithm: Algorithm) -> None:
+    """Warns when contributions were dropped for a model history too short to hold their
+    start (asynchronous algorithms' ``history``)."""
     dropped = int(sum(np.sum(r.round_metrics.get("dropped_stale", 0)) for r in results))
     if dropped:
         warnings.warn(
             f"{dropped} contributions were dropped: the model version their job started from "
             f"was older than the history of {getattr(algorithm, 'history', '?')} models kept; "
-            "raise `history`, or use history=None (exact per-client copies)", stacklevel=4)
+            "raise `history`, or use history=None (exact per-client copies)", stacklevel=5)
 
 
 @checked
@@ -433,7 +447,7 @@ def simulate(
                                       client_chunk=client_chunk, runs=len(runs.seeds))
     if check_memory:
         memory.check_fits(estimate, memory.available_bytes())
-    held = memory.MeasureHeld()  # before anything of the run is allocated
+    held = MeasureHeld()  # before anything of the run is allocated
     carry, keys = _initial_carry(task, data.num_clients, runs)
     checkpointing = None
     if checkpoint_dir is not None:
@@ -444,11 +458,12 @@ def simulate(
             data=(data.arrays, data.counts), test_data=test_arrays,
             train_eval_examples=train_eval_examples, eval_batch_size=eval_batch_size,
             client_chunk=client_chunk, mesh=_mesh_layout(mesh),
-            model=jax.eval_shape(lambda: carry[0].params), **_environment()),
+            model=jax.eval_shape(lambda params: params, carry[0].params), **_environment()),
             every=checkpoint_every or eval_every, keep=checkpoint_keep)
-    placement = _place(carry, data, mesh, runs.several)
-    run = Run(rounds, runs.seeds, runs.several, eval_every, desc, placement.carry,
+    carry, placement = _place(carry, data, mesh, runs.several)
+    run = Run(rounds, runs.seeds, runs.several, eval_every, desc, carry,
               start_time=start_time, memory={"estimated": estimate.total})
+    del carry  # the run holds the state; a restored one replaces it
     # Restored (and verified) before anything is compiled: a refused resume costs nothing.
     restored = checkpointing.restore(run) if checkpointing else False
     evaluation = RunEvaluation(task, placement.data, test_arrays, test_data, eval_batch_size,
@@ -470,18 +485,18 @@ def simulate(
             dispatch(hooks, "on_evaluation", run, evaluation(run))
             _check_prepared(run, prepared)
         for end in _boundaries(run.done, rounds, every):
+            if run.stop_reason is not None:
+                break
             metrics = chunks(run, end)
             if end % eval_every == 0 or end == rounds or (
                     not runs.several and run.diverged[0] is not None):
                 dispatch(hooks, "on_evaluation", run, evaluation(run))
             dispatch(hooks, "on_chunk_end", run, metrics)
-            if run.stop_reason is not None:
-                break
     except BaseException as error:
         run.error = error
         raise
     finally:
-        dispatch(hooks, "on_run_end", run)
+        run_end(hooks, run)
     if run.error is not None:
         raise run.error
     results = run.results()

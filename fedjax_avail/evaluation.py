@@ -12,6 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_avail import cohort as cohort_lib
+from fedjax_avail._host import to_host
+from fedjax_avail.callbacks import Run
 from fedjax_avail.data import FederatedData
 from fedjax_avail.fairness import fairness_metrics
 from fedjax_avail.history import round_columns
@@ -142,17 +144,6 @@ def make_client_evaluator(task: Task, data: Any, batch_size: int = 4096,
     return Evaluator(evaluate, (arrays, owner), runs)
 
 
-def to_host(tree: Any) -> Any:
-    """Device values on the host. In a multi-process run the values the engine reads (metrics,
-    evaluations, the health flag) are replicated global arrays: their local copy is read."""
-    def one(a):
-        if isinstance(a, jax.Array) and not a.is_fully_addressable:
-            return np.asarray(a.addressable_data(0))
-        return np.asarray(jax.device_get(a))
-
-    return jax.tree.map(one, tree)
-
-
 class RunEvaluation:
     """A run's history rows: the evaluators of the training (and test) data, scored together.
 
@@ -160,7 +151,8 @@ class RunEvaluation:
     (:func:`fedjax_avail.history.round_columns`), ``train_loss`` and ``train_<metric>`` over
     the training examples (or ``train_examples`` evenly spaced rows of them), the same with
     ``test_`` for ``test_arrays``, and the fairness metrics of per-client test accuracies when
-    ``test_data`` is a ``FederatedData``. A diverged run is not scored: its row is NaN.
+    ``test_data`` is a ``FederatedData``. A diverged run is not scored: its row is ``round``
+    and NaN in every column its history has.
 
     Args:
       task: the task.
@@ -191,7 +183,7 @@ class RunEvaluation:
         for evaluator in [*self.splits.values(), *([self.per_client] if self.per_client else [])]:
             evaluator.compile(params)
 
-    def __call__(self, run: Any) -> list[dict[str, float]]:
+    def __call__(self, run: Run) -> list[dict[str, float]]:
         """Appends each run's row at ``run.done`` to its history and returns the new rows."""
         start = time.perf_counter()
         scored = any(r is None for r in run.diverged)
@@ -202,11 +194,11 @@ class RunEvaluation:
         rows = []
         for i, history in enumerate(run.histories):
             row: dict[str, float] = {"round": run.done}
-            if run.done:
-                row.update(round_columns(run.round_metrics(i, pending)))
             if run.diverged[i] is not None:  # a non-finite model is not scored: its metrics lie
                 row.update({name: math.nan for name in history.columns if name != "round"})
             else:
+                if run.done:
+                    row.update(round_columns(run.round_metrics(i, pending)))
                 for split, split_values in values.items():
                     for k in ["loss", *(k for k in split_values if k != "loss")]:
                         v = split_values[k]

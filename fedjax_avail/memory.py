@@ -36,7 +36,6 @@ from jax.extend import core as jax_core
 
 from fedjax_avail import _keys
 from fedjax_avail._checks import check_int, check_optional_int
-from fedjax_avail.callbacks import Callback, Run
 from fedjax_avail.data import FederatedData
 from fedjax_avail.local import block_width
 from fedjax_avail.selection import DivFL, PowerOfChoice
@@ -301,19 +300,3 @@ def check_fits(estimate: MemoryEstimate, available: int | None) -> None:
         f"{format_bytes(available)} are available:\n{estimate.describe()}\nTry: "
         + "; ".join(advice)
     )
-
-
-def live_bytes() -> int:
-    """Bytes of every live device array of this process."""
-    return sum(a.nbytes for a in jax.live_arrays())
-
-
-class MeasureHeld(Callback):
-    """Records ``run.memory["held"]``: the bytes of the device arrays alive after the run's
-    first chunk (data, states) less those alive when the callback was made (before the run)."""
-
-    def __init__(self):
-        self.baseline = live_bytes()
-
-    def on_chunk_end(self, run: Run, metrics: dict[str, np.ndarray]) -> None:
-        run.memory.setdefault("held", live_bytes() - self.baseline)

@@ -16,6 +16,9 @@ import fedjax_avail as fa
 from fedjax_avail.testing import point_clients, quadratic_task  # noqa: F401 (tests import them)
 
 REPO = Path(__file__).resolve().parents[1]
+# The CLI caches compiled programs in the user's cache directory; tests write nothing there and
+# compile afresh (tests/test_compilation_cache.py turns the cache on in processes of its own).
+os.environ[fa.compilation_cache.ENV] = "0"
 MNIST_DIR = Path(os.environ.get(fa.data.MNIST_ENV, REPO.parent / "shared" / "data" / "mnist"))
 
 

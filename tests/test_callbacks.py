@@ -200,3 +200,86 @@ def test_the_readme_callback_example_runs_and_stops_at_its_target(tmp_path, monk
     assert [step for step, _ in logged] == result.history["round"].tolist()
     assert logged[-1][1]["seed0/test_accuracy"] >= 0.85
     assert (tmp_path / "live.csv").read_text().count("\n") == len(result.history) + 1
+
+
+def _quadratic_runs(rounds, callbacks=(), **kw):
+    """Two runs in one program, the second diverging (|1 - 2 lr| > 1) in round 21."""
+    from fedjax_avail.testing import point_clients, quadratic_task
+
+    algorithms = [fa.algorithms.FedSGD(clients_per_round=2, batch_size=1, client_lr=lr)
+                  for lr in (0.1, 5.0)]
+    return fa.simulate(quadratic_task(), point_clients(np.arange(6.0)[:, None]), algorithms,
+                       fa.availability.AlwaysOn(), rounds=rounds, seed=[0, 1], eval_every=7,
+                       callbacks=list(callbacks), **kw)
+
+
+def test_a_stop_never_hides_a_diverged_seed():
+    class StopLate(fa.callbacks.Callback):
+        def on_chunk_end(self, run, metrics):
+            if run.done >= 56:
+                run.stop("enough")
+
+    with pytest.raises(fa.DivergenceError, match=r"run 1 \(seed 1\) in round 21") as info:
+        _quadratic_runs(300, [StopLate()])
+    assert [r.stopped for r in info.value.result] == ["diverged"] * 2
+    assert info.value.result[0].history["round"].tolist()[-1] == 56
+
+
+def test_resuming_a_finished_run_with_a_diverged_seed_raises_again(tmp_path):
+    for _ in range(2):
+        with pytest.raises(fa.DivergenceError, match=r"seed 1\) in round 21"):
+            _quadratic_runs(70, checkpoint_dir=tmp_path)
+
+
+def test_a_stop_at_round_zero_runs_no_round():
+    class StopAtOnce(fa.callbacks.Callback):
+        def on_evaluation(self, run, rows):
+            run.stop("nothing to do")
+
+    result = _run(50, callbacks=[StopAtOnce()])
+    assert result.history["round"].tolist() == [0] and result.timing["run"] == 0.0
+    assert result.stopped == "nothing to do"
+
+
+def test_a_failing_on_run_end_neither_hides_the_run_s_error_nor_skips_the_others():
+    ended = []
+
+    class Broken(fa.callbacks.Callback):
+        def on_run_end(self, run):
+            raise RuntimeError("broken callback")
+
+    class Tidy(fa.callbacks.Callback):
+        def on_run_end(self, run):
+            ended.append(type(run.error).__name__)
+
+    with pytest.raises(fa.DivergenceError):  # the run's own error, not the callback's
+        _quadratic_runs(70, [Broken(), Tidy()])
+    assert ended == ["DivergenceError"]
+    with pytest.raises(RuntimeError, match="broken callback"):  # a clean run: the callback's
+        _run(5, callbacks=[Broken(), Tidy()])
+    assert ended == ["DivergenceError", "NoneType"]
+
+
+def test_runs_that_share_a_seed_get_outputs_of_their_own(tmp_path):
+    pytest.importorskip("tensorboardX")
+    task, fd, _, process, test = _setup()
+    algorithms = [fa.algorithms.FedAvg(clients_per_round=5, local_steps=3, batch_size=4,
+                                       client_lr=lr) for lr in (0.05, 0.1)]
+    fa.simulate(task, fd, algorithms, process, rounds=5, seed=0, eval_every=5, callbacks=[
+        fa.callbacks.CSVLogger(tmp_path / "m.csv"), fa.callbacks.TensorBoard(tmp_path / "tb")])
+    lines = (tmp_path / "m.csv").read_text().splitlines()
+    assert lines[0].startswith("run,seed,round,") and len(lines) == 5
+    for i in range(2):
+        assert [step for tag, step, _ in _scalars(tmp_path / "tb" / f"run_{i}_seed_0")
+                if tag == "train_loss"] == [0, 5]
+
+
+def test_an_output_that_cannot_be_written_warns_and_the_run_goes_on(tmp_path):
+    pytest.importorskip("tensorboardX")
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where a directory should be")
+    with pytest.warns(UserWarning, match="could not write") as warned:
+        result = _run(10, checkpoint_dir=tmp_path / "ckpt", callbacks=[
+            fa.callbacks.CSVLogger(blocked / "m.csv"), fa.callbacks.TensorBoard(blocked / "tb")])
+    assert len(warned) == 2 and result.history["round"].tolist() == [0, 5, 10]
+    assert "10" in {p.name for p in (tmp_path / "ckpt").iterdir()}

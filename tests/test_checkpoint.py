@@ -151,6 +151,7 @@ def test_ctrl_c_in_the_library_keeps_the_history(monkeypatch, tmp_path):
     with pytest.raises(fa.Interrupted, match="interrupted after round 10 of 120") as info:
         _run(120, checkpoint_dir=tmp_path)
     assert info.value.result.history["round"].tolist() == [0, 10]
+    assert info.value.result.stopped == "interrupted"
     assert info.value.checkpoint_dir == tmp_path.resolve()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.isdigit()) == ["10"]
     assert os.path.isdir(tmp_path / "10")

@@ -184,7 +184,7 @@ def test_python_dash_m_and_no_command(capsys):
 
 
 def test_progress_lines_when_not_a_terminal(capsys):
-    from fedjax_avail.callbacks import Progress
+    from fedjax_avail.callbacks._progress import Progress
 
     progress = Progress(total=100, initial=20, desc="fedavg", enabled=True, interval=0.0)
     progress.update(40, run_seconds=2.0, ran=40, train_loss=0.5)

@@ -26,7 +26,8 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import fedjax_avail as fa
-from fedjax_avail import checkpoint, engine, experiments
+from fedjax_avail import engine, experiments
+from fedjax_avail.callbacks import _checkpointing
 from fedjax_avail.checkpoint import RunCheckpointer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,11 +68,11 @@ def saved(tmp_path_factory):
             recorded.update(settings)
             super().__init__(path, settings, keep)
 
-    original, checkpoint.RunCheckpointer = checkpoint.RunCheckpointer, Spy
+    original, _checkpointing.RunCheckpointer = _checkpointing.RunCheckpointer, Spy
     try:
         finished = _run(30, checkpoint_dir=directory, checkpoint_every=10)
     finally:
-        checkpoint.RunCheckpointer = original
+        _checkpointing.RunCheckpointer = original
     newest = RunCheckpointer(directory, recorded).restore(_abstract(finished))
     assert newest.done == 30
     older = tmp_path_factory.mktemp("older")

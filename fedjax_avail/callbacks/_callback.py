@@ -6,14 +6,16 @@ the chunk to the callbacks, in the order they are listed, at four points:
 1. ``on_run_start(run)``: once, before anything is compiled (a resumed run has its restored
    rounds, history and state already);
 2. ``on_evaluation(run, rows)``: after each evaluation (round 0, every ``eval_every`` rounds,
-   the last round), ``rows`` holding the new history row of each run;
+   the last round; and the NaN row at the end of the chunk in which a single run diverged),
+   ``rows`` holding the new history row of each run;
 3. ``on_chunk_end(run, metrics)``: after each chunk and its evaluation, ``metrics`` the chunk's
    per-round metrics (each ``[length]``, ``[length, S]`` with S runs);
 4. ``on_run_end(run)``: once, also when the run raises (``run.error`` holds the exception).
 
 A callback reads the run and may end it early with :meth:`Run.stop`: the loop stops at that
-chunk boundary, after every callback of the boundary has run (so a checkpoint is saved), and
-``simulate`` returns the results so far with ``Result.stopped`` set to the reason. This is the
+chunk boundary (before the first chunk, when asked at run start or at round 0), after every
+callback of the boundary has run (so a checkpoint is saved), and ``simulate`` returns the
+results so far with ``Result.stopped`` set to the reason. This is the
 shape of Keras' and pfl-research's callbacks, cut to the four hooks a round loop has.
 """
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -34,13 +36,15 @@ from fedjax_avail.results import Result
 class Callback:
     """A no-op at every hook; subclass it and override the hooks you need.
 
+    Read ``rows`` and ``run``, do not change them: every callback is handed the same objects.
+
     Example (log to any tracker, stop at a target accuracy)::
 
         class Log(fa.callbacks.Callback):
             def on_evaluation(self, run, rows):
                 for seed, row in zip(run.seeds, rows):
-                    tracker.log({k: v for k, v in row.items()}, step=row["round"])
-                if rows[0].get("test_accuracy", 0) >= 0.9:
+                    tracker.log({f"seed{seed}/{k}": v for k, v in row.items()}, step=run.done)
+                if rows[0].get("test_accuracy", 0.0) >= 0.9:
                     run.stop("reached 90% test accuracy")
     """
 
@@ -70,9 +74,11 @@ class Run:
       done: rounds completed so far.
       started_at: rounds done when this call began (> 0: resumed from a checkpoint).
       carry: the scan carry ``(algorithm state, availability state, health)``, each leaf with a
-        leading ``[S]`` axis when ``several``.
+        leading ``[S]`` axis when ``several``. Its buffers are donated to the next chunk (updated
+        in place): to keep a value (e.g. the best model), copy it (``jax.device_get``).
       histories: one :class:`History` per run.
-      chunks: the per-round metrics of each chunk run so far (host arrays).
+      chunks: the per-round metrics of each chunk run so far (host arrays, each ``[length]``,
+        ``[length, S]`` with several runs).
       reported_chunks: how many of ``chunks`` the history rows already summarise.
       diverged: per run, the round it diverged in, else None.
       timing: seconds so far (``compile``, ``run``, ``eval``, ``prepare``, ``earlier``).
@@ -80,6 +86,8 @@ class Run:
       stop_reason: set by :meth:`stop`.
       error: the exception the run raises at the end of this chunk, or raised (in
         ``on_run_end``), else None.
+      start_time: ``time.perf_counter()`` when ``simulate`` was called (seconds; ``started_at``
+        counts rounds).
     """
 
     rounds: int
@@ -106,11 +114,15 @@ class Run:
         self.diverged = self.diverged or [None] * count
         self.timing = {"compile": 0.0, "run": 0.0, "eval": 0.0, **self.timing}
 
-    def stop(self, reason: str, error: BaseException | None = None) -> None:
+    def stop(self, reason: str, error: Callable[[], BaseException] | None = None) -> None:
         """Ends the run at this chunk boundary (after the boundary's callbacks): ``simulate``
-        returns the results so far, or raises ``error`` when one is given."""
-        if self.stop_reason is None:
-            self.stop_reason, self.error = reason, error
+        returns the results so far, or raises ``error()`` when it is given (built once the
+        reason is set, so the error's results carry it). The first stop holds, except that a
+        stop with an error overrides one without (a divergence is never hidden)."""
+        if self.stop_reason is not None and (self.error is not None or error is None):
+            return
+        self.stop_reason = reason
+        self.error = error() if error is not None else None
 
     @property
     def params(self) -> Any:
@@ -135,12 +147,16 @@ class Run:
         memory = dict(self.memory)
         if "held" in memory:
             memory["measured"] = memory["held"] + memory.get("working_set", 0)
+        joined = join_chunks(self.chunks)
         out = []
         for i, history in enumerate(self.histories):
-            state = (jax.tree.map(lambda a, i=i: a[i], self.carry[0]) if self.several
-                     else self.carry[0])
-            out.append(Result(state.params, history, self.round_metrics(i), state,
-                              dict(timing), dict(memory), self.stop_reason))
+            if self.several:
+                state = jax.tree.map(lambda a, i=i: a[i], self.carry[0])
+                metrics = {k: v[:, i] for k, v in joined.items()}
+            else:
+                state, metrics = self.carry[0], joined
+            out.append(Result(state.params, history, metrics, state, dict(timing),
+                              dict(memory), self.stop_reason))
         return out
 
     def result(self) -> Result | list[Result]:
@@ -150,7 +166,8 @@ class Run:
 
 
 def join_chunks(chunks: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """Per-round metrics of consecutive chunks joined along the round axis."""
+    """Per-round metrics of consecutive chunks (each ``[length(, S)]``) joined along the round
+    axis: each ``[rounds(, S)]``."""
     return {k: np.concatenate([c[k] for c in chunks]) for k in (chunks[0] if chunks else {})}
 
 
@@ -158,3 +175,17 @@ def dispatch(callbacks: Sequence[Callback], hook: str, *args: Any) -> None:
     """Calls ``hook`` on every callback, in order."""
     for callback in callbacks:
         getattr(callback, hook)(*args)
+
+
+def run_end(callbacks: Sequence[Callback], run: Run) -> None:
+    """``on_run_end`` of every callback, even when one raises (each releases what it holds);
+    the first error is raised after all have run, unless the run already has one
+    (``run.error``, which then goes on)."""
+    errors = []
+    for callback in callbacks:
+        try:
+            callback.on_run_end(run)
+        except Exception as error:  # each callback must still get its call
+            errors.append(error)
+    if errors and run.error is None:
+        raise errors[0]

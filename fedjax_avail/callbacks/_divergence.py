@@ -22,7 +22,8 @@ class DivergenceGuard(Callback):
     The engine records, per run, the first round whose global model was not finite (a flag
     carried in the scan: ``run.diverged``). One run stops at the end of that chunk; with
     several runs a diverged run is no longer scored (its rows are NaN) and the others finish
-    first, then the error names every seed that diverged and its round.
+    first (or until a callback stops the run), then the error names every seed that diverged
+    and its round; a restored run that had finished with diverged seeds raises it again.
     """
 
     def on_evaluation(self, run: Run, rows: list[dict[str, float]]) -> None:
@@ -39,15 +40,25 @@ class DivergenceGuard(Callback):
                              "the model is finite (the loss overflows)", run.done)
             run.diverged[i] = run.done
 
+    def on_run_start(self, run: Run) -> None:
+        if run.done == run.rounds:  # a finished run restored: report what it recorded
+            self._report_diverged_runs(run)
+
     def on_chunk_end(self, run: Run, metrics: dict[str, np.ndarray]) -> None:
         first = run.diverged[0]
         if not run.several and first is not None:
             raise _error(run, "the global model or a state vector (e.g. a client's loss) "
                          f"became NaN/Inf in round {first} (the run diverged; try a smaller "
                          "client_lr or server_lr, and check the data)", first)
+        if run.done == run.rounds or run.stop_reason is not None:
+            self._report_diverged_runs(run)
+
+    @staticmethod
+    def _report_diverged_runs(run: Run) -> None:
+        """With several runs, ends the run with an error naming every seed that diverged."""
         bad = [(i, r) for i, r in enumerate(run.diverged) if r is not None]
-        if bad and run.done == run.rounds:
-            run.stop("diverged", _error(
+        if bad:
+            run.stop("diverged", lambda: _error(
                 run, "runs diverged (the global model or the training loss became NaN/Inf): "
                 + ", ".join(f"run {i} (seed {run.seeds[i]}) in round {r}" for i, r in bad)
                 + "; the other runs finished", min(r for _, r in bad)))

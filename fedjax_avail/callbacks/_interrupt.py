@@ -66,7 +66,7 @@ class StopOnCtrlC(Callback):
         message = (f"interrupted after round {run.done} of {run.rounds}"
                    + (f"; saved to {where}, run again with the same arguments to resume"
                       if where else " (no checkpoint_dir: nothing saved)"))
-        run.stop("interrupted", Interrupted(message, run.result(), where))
+        run.stop("interrupted", lambda: Interrupted(message, run.result(), where))
 
     def on_run_end(self, run: Run) -> None:
         self._signal.__exit__()

@@ -59,7 +59,8 @@ class Progress:
                   flush=True)
 
     def compiling(self) -> None:
-        """Says that the first chunk is being compiled (no rate is known yet)."""
+        """Says that the run is compiling (its evaluators, an algorithm's pass before round 0,
+        the first chunk of rounds): no rate is known yet."""
         if self._bar is not None:
             self._bar.set_postfix_str("compiling", refresh=True)
         elif self.enabled:
@@ -82,7 +83,8 @@ class ProgressDisplay(Callback):
 
     def on_run_start(self, run: Run) -> None:
         self._progress = Progress(run.rounds, run.done, run.desc, self.enabled)
-        self._progress.compiling()
+        if run.done < run.rounds:
+            self._progress.compiling()
 
     def on_evaluation(self, run: Run, rows: list[dict[str, float]]) -> None:
         self._loss = rows[0]["train_loss"]

@@ -5,8 +5,10 @@ An experiment is a name, a dict of default settings and a ``build(config) -> Set
 compute), simulates every algorithm of the setup under the same availability process and seed,
 and writes ``metrics.csv``, ``config.json`` (the settings and their provenance),
 ``summary.json`` and ``curves.png`` into the output directory, each file atomically and after
-every algorithm, so a crash or Ctrl-C keeps what finished. Each algorithm checkpoints into
-``checkpoints/<name>/``; ``resume=True`` continues an interrupted run bit-identically.
+every algorithm, so a crash or Ctrl-C keeps what finished; ``metrics.csv`` is also rewritten
+at every evaluation while an algorithm runs. Each algorithm checkpoints into
+``checkpoints/<name>/`` (unless ``checkpoint=False``); ``resume=True`` continues an interrupted
+run bit-identically.
 """
 
 from __future__ import annotations
@@ -191,6 +193,9 @@ def run(
     config = experiment.config(overrides)
     check_optional_int("checkpoint_every", checkpoint_every)
     check_int("keep_checkpoints", keep_checkpoints, 1)
+    if resume and not checkpoint:
+        raise ValueError("resume=True continues from checkpoints; it cannot go with "
+                         "checkpoint=False")
     if tensorboard and out_dir is None:
         raise ValueError("tensorboard=True needs an out_dir to write the events to")
     if out_dir is not None:

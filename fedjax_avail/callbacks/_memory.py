@@ -1,0 +1,24 @@
+"""The device memory a run holds, measured after its first chunk."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from fedjax_avail.callbacks._callback import Callback, Run
+
+
+def live_bytes() -> int:
+    """Bytes of every live device array of this process."""
+    return sum(a.nbytes for a in jax.live_arrays())
+
+
+class MeasureHeld(Callback):
+    """Records ``run.memory["held"]``: the bytes of the device arrays alive after the run's
+    first chunk (data, states) less those alive when the callback was made (before the run)."""
+
+    def __init__(self):
+        self.baseline = live_bytes()
+
+    def on_chunk_end(self, run: Run, metrics: dict[str, np.ndarray]) -> None:
+        run.memory.setdefault("held", live_bytes() - self.baseline)
