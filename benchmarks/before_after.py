@@ -77,7 +77,7 @@ def measure(tree: Path, algorithm: str, rounds: int, data_dir: str) -> dict:
     return figures
 
 
-def main(argv: list[str] | None = None) -> dict:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ref", default="HEAD", help="git revision to compare against")
     parser.add_argument("--rounds", type=int, default=300)
@@ -87,7 +87,11 @@ def main(argv: list[str] | None = None) -> dict:
         "FEDJAX_AVAIL_MNIST_DIR", str(REPO_ROOT.parent / "shared" / "data" / "mnist")))
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON result (default: results/before_after_<algorithms>.json)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"before": export(args.ref, Path(tmp)), "after": REPO_ROOT}

@@ -83,14 +83,18 @@ def _ratios(first: list[dict], second: list[dict]) -> dict[str, float]:
             for key in ("compile_s", "wall_s")}
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--data-dir", default=os.environ.get(
         "FEDJAX_AVAIL_MNIST_DIR", str(REPO_ROOT.parent / "shared" / "data" / "mnist")))
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     runs: dict[str, dict[str, list]] = {w: {"first": [], "second": []}
                                         for w in ("cli", "notebook")}
     for _ in range(args.repeats):
