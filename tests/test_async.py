@@ -148,6 +148,7 @@ def test_fedbuff_follows_the_quadratic_recursion_step_by_step():
     np.testing.assert_allclose(result.params, w[-1], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_history_and_per_client_copies_agree_and_short_histories_drop(digits_fd):
     fd, task = digits_fd, fa.tasks.logistic_regression(64, 10)
     kw = dict(buffer_size=3, local_steps=2, batch_size=2, client_lr=0.2, concurrency=12)

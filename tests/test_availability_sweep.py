@@ -7,6 +7,8 @@ from conftest import MNIST_DIR
 from fedjax_avail import availability, experiments
 from fedjax_avail.experiments._availability_sweep import PROCESSES
 
+pytestmark = pytest.mark.slow  # a long tier: `pytest -m slow` (.ci/run runs it)
+
 
 @pytest.mark.parametrize("name", PROCESSES)
 def test_each_process_has_the_mean_availability(name, digits):

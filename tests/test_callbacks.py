@@ -42,6 +42,7 @@ class Recorder(fa.callbacks.Callback):
         self.log.append((self.name, "end", run.done, run.error))
 
 
+@pytest.mark.slow
 def test_hooks_come_in_order_at_every_chunk_boundary(tmp_path):
     log = []
     _run(12, checkpoint_dir=tmp_path, checkpoint_every=4,
@@ -53,6 +54,7 @@ def test_hooks_come_in_order_at_every_chunk_boundary(tmp_path):
     assert log == [(name, *call) for call in expected for name in "ab"]
 
 
+@pytest.mark.slow
 def test_a_callback_stops_the_run_at_a_target_keeping_the_history(tmp_path):
     class StopAtTarget(fa.callbacks.Callback):
         def on_evaluation(self, run, rows):
@@ -157,6 +159,7 @@ def test_progress_says_compiling_before_the_first_chunk(capsys):
     assert lines[-1].startswith("fedlaavg: 10/10 rounds, rounds/s ")
 
 
+@pytest.mark.slow
 def test_no_checkpoint_keep_and_seconds_that_add_up_across_resumes(tmp_path):
     experiment = experiments.get("digits-diurnal")
     settings = {"rounds": 40, "eval_every": 10}

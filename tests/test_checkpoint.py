@@ -48,6 +48,7 @@ def uninterrupted():
     return _run(120)
 
 
+@pytest.mark.slow
 def test_a_run_continued_from_its_checkpoint_is_bit_identical(uninterrupted, tmp_path):
     first = _run(50, checkpoint_dir=tmp_path, checkpoint_every=25)
     assert first.history["round"].tolist() == [0, 10, 20, 30, 40, 50]
@@ -75,6 +76,7 @@ _KILLED_RUN = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_then_resume_is_bit_identical(uninterrupted, tmp_path):
     script = _KILLED_RUN.format(tests=str(REPO / "tests"), directory=str(tmp_path))
     process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
@@ -109,6 +111,7 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
                     checkpoint_dir=tmp_path)
 
 
+@pytest.mark.slow
 def test_ctrl_c_writes_what_finished_and_prints_the_resume_command(tmp_path):
     out = tmp_path / "run"
     argv = ["run", "--set", "rounds=300", "--set", "eval_every=10", "--out", str(out),
@@ -163,6 +166,7 @@ def test_resuming_with_fewer_rounds_is_refused(tmp_path):
         _run(20, checkpoint_dir=tmp_path)
 
 
+@pytest.mark.slow
 def test_extending_a_run_that_ended_off_the_eval_schedule(tmp_path):
     # The 35-round run's last row (round 35) is not on the eval_every=10 schedule of the longer
     # run, which has rows at 30 and 40 only.

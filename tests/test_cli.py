@@ -22,6 +22,7 @@ def test_list_names_every_experiment(capsys):
         assert name in out
 
 
+@pytest.mark.slow
 def test_default_run_writes_metrics_config_and_plot(tmp_path, capsys):
     code = cli.main(["run", "--set", "rounds=30", "--set", "eval_every=10", "--out",
                      str(tmp_path), "--no-progress"])
@@ -36,6 +37,7 @@ def test_default_run_writes_metrics_config_and_plot(tmp_path, capsys):
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_fedlaavg_mnist_smoke(tmp_path, mnist):
     del mnist
     overrides = dict(num_clients=100, clients_per_round=10, rounds=4, eval_every=2,
@@ -68,6 +70,7 @@ def test_console_script_is_installed():
     assert "fedlaavg-mnist" in done.stdout
 
 
+@pytest.mark.slow
 def test_sweeps_write_every_panel_and_a_grid(tmp_path, mnist):
     del mnist
     small = dict(num_clients=100, clients_per_round=10, rounds=2, eval_every=1,
@@ -227,6 +230,7 @@ def test_dry_run_checks_everything_and_trains_nothing(tmp_path, capsys, mnist):
     assert code == 2 and "nope" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_devices_splits_the_cohort_and_changes_no_number(tmp_path):
     """--devices 2 runs the round's cohort on two (CPU) devices; the summary equals one
     device's to float32 rounding. In a fresh process: JAX picks its CPU devices at start."""

@@ -36,6 +36,7 @@ def _run(cache):
     return json.loads(done.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_second_process_loads_the_compiled_programs_and_gets_the_same_numbers(tmp_path):
     first, second = _run(tmp_path), _run(tmp_path)
     assert first["hits"] == 0 and first["misses"] > 0
@@ -55,6 +56,7 @@ def test_the_cache_directory_follows_xdg_and_the_switch(monkeypatch, tmp_path):
 
 
 @pytest.mark.skipif(sys.platform in ("win32", "darwin"), reason="the Linux convention")
+@pytest.mark.slow
 def test_the_cli_caches_in_the_user_cache_directory_by_default(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != compilation_cache.ENV}
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")

@@ -30,6 +30,8 @@ from conftest import MNIST_DIR, REPO
 
 from fedjax_avail import cli
 
+pytestmark = pytest.mark.slow  # a long tier: `pytest -m slow` (.ci/run runs it)
+
 SOURCES = [REPO / "README.md", REPO / "CONTRIBUTING.md", REPO / "benchmarks" / "README.md",
            *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "notebooks").glob("*.ipynb"))]
 PREFIXES = ("fedjax-avail ", "python benchmarks/", "python docs/", "python -m fedjax_avail",

@@ -19,6 +19,7 @@ def _flat(params):
     return np.concatenate([np.ravel(x) for x in jax.tree.leaves(params)])
 
 
+@pytest.mark.slow
 def test_same_seed_bit_identical_whatever_eval_every_and_chunking(small):
     task, fd, _ = small
     alg = fa.algorithms.FedLaAvg(clients_per_round=4, local_steps=3, batch_size=2, client_lr=0.1)

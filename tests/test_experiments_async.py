@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 from conftest import MNIST_DIR
 
 from fedjax_avail import experiments
@@ -10,6 +11,7 @@ from fedjax_avail.experiments._wkafl import stability
 from fedjax_avail.history import History
 
 
+@pytest.mark.slow
 def test_wkafl_experiment_smoke(tmp_path, mnist):
     del mnist
     small = dict(num_clients=60, clients_per_round=4, rounds=6, eval_every=3, model="lr",
@@ -32,6 +34,7 @@ def test_stability_is_the_std_of_log_accuracy():
     assert np.isnan(stability(History(history.rows[:5]))["stability"])
 
 
+@pytest.mark.slow
 def test_async_comparison_smoke(tmp_path, mnist):
     del mnist
     small = dict(num_clients=50, clients_per_round=5, concurrency=10, rounds=4, eval_every=2,

@@ -3,6 +3,7 @@
 import csv
 
 import numpy as np
+import pytest
 from test_sentiment140 import synthetic_rows
 
 import fedjax_avail as fa
@@ -18,6 +19,7 @@ def _csv(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_sentiment140_experiment_runs_every_algorithm_under_sleep_hours(tmp_path):
     overrides = dict(csv_path=str(_csv(tmp_path)), num_clients=3, clients_per_round=2,
                      local_steps=2, E=24, rounds=6, eval_every=3, vocab_size=50,

@@ -94,6 +94,7 @@ def test_dropout_loses_updates_of_selected_clients(digits):
     assert (some.round_metrics["num_available"] == 20).all()
 
 
+@pytest.mark.slow
 def test_dropout_inside_a_combinator_or_another_dropout_is_applied(digits):
     train, _ = digits
     fd = fa.data.one_label_per_client(train["x"], train["y"], 20, seed=0)

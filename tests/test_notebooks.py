@@ -17,6 +17,8 @@ except ImportError:  # Python 3.10
     import tomli as tomllib
 from conftest import MNIST_DIR, REPO
 
+pytestmark = pytest.mark.slow  # a long tier: `pytest -m slow` (.ci/run runs it)
+
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 SMALL = {
     "01_quickstart.ipynb": "ROUNDS, E, EVAL_EVERY = 120, 20, 20",

@@ -3,6 +3,7 @@ selection invariants, and the flat data layout. Issue 6, section 3."""
 
 import jax
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import loop
@@ -61,6 +62,7 @@ def test_bernoulli_is_the_documented_draw(p, n, seed):
 
 @FAST
 @given(groups_and_period(), st.integers(0, 99))
+@pytest.mark.slow
 def test_combinators_are_and_and_or_of_their_children(case, seed):
     groups, period, steps = case
     n = len(groups)

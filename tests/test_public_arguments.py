@@ -217,6 +217,7 @@ def test_simulate_refuses_before_compilation(change, fragments, no_compilation):
         assert fragment in str(info.value), (fragment, str(info.value))
 
 
+@pytest.mark.slow
 def test_equal_duration_models_are_equal_so_runs_may_differ_in_client_lr():
     assert C.Exponential(1.0) == C.Exponential(1.0)
     assert C.LogNormal(2.0, speed=np.ones(3)) == C.LogNormal(2.0, speed=np.ones(3))

@@ -16,6 +16,8 @@ from conftest import MNIST_DIR
 
 from fedjax_avail import experiments
 
+pytestmark = pytest.mark.slow  # a long tier: `pytest -m slow` (.ci/run runs it)
+
 E = 50
 
 

@@ -19,6 +19,7 @@ def setting(digits):
             fa.data.one_label_per_client(train["x"], train["y"], 20, seed=0))
 
 
+@pytest.mark.slow
 def test_learning_rates_and_availability_in_one_program_equal_separate_runs(setting):
     task, fd = setting
     algs = [fa.algorithms.FedProx(clients_per_round=5, client_lr=lr, mu=mu)
@@ -61,6 +62,7 @@ def test_runs_that_one_program_cannot_hold_are_refused(setting, algorithms, proc
         fa.simulate(task, fd, algorithms, processes, rounds=2)
 
 
+@pytest.mark.slow
 def test_runs_resume_from_their_checkpoint(setting, tmp_path):
     task, fd = setting
     algs = [fa.algorithms.FedLaAvg(clients_per_round=4, client_lr=lr) for lr in (0.05, 0.1)]

@@ -36,6 +36,7 @@ def _run(fd, selection, rounds=12, seed=4, test=None, process=None):
                        eval_every=rounds, test_data=test)
 
 
+@pytest.mark.slow
 def test_subtrunc_lam0_and_unionfl_mu0_select_exactly_what_divfl_selects(three_classes):
     fd, _ = three_classes
     runs = {name: _run(fd, sel) for name, sel in (
@@ -110,6 +111,7 @@ def test_stochastic_greedy_meets_its_expected_guarantee():
                                       S.DivFL(), S.DivFL(method="greedy"), S.SubTrunc(),
                                       S.UnionFL(), S.DivFL(refresh="available")],
                          ids=lambda s: repr(s)[:40])
+@pytest.mark.slow
 def test_selected_clients_are_available_distinct_and_k_of_them(three_classes, strategy):
     fd, _ = three_classes
     task = fa.tasks.logistic_regression(64, 10)
@@ -153,6 +155,7 @@ def test_subtrunc_with_identical_gradients_and_large_b_picks_the_lossiest():
     assert sorted(np.asarray(picked).tolist()) == [1, 3, 7]
 
 
+@pytest.mark.slow
 def test_power_of_choice_with_every_client_is_the_top_k_losses(three_classes):
     fd, _ = three_classes
     task = fa.tasks.logistic_regression(64, 10)
@@ -190,6 +193,7 @@ def test_history_records_per_client_fairness(three_classes):
 
 
 @pytest.mark.parametrize("selection", [S.Uniform(), S.SubTrunc()], ids=["uniform", "subtrunc"])
+@pytest.mark.slow
 def test_seeds_in_one_program_equal_separate_runs(three_classes, selection):
     fd, test = three_classes
     batch = _run(fd, selection, seed=[1, 2, 3], test=test)

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # a long tier: `pytest -m slow` (.ci/run runs it)
+
 SCRIPT = Path(__file__).with_name("sharded_run.py")
 
 
