@@ -190,7 +190,7 @@ class RunEvaluation:
         values = {split: to_host(ev(run.params)) for split, ev in self.splits.items()
                   } if scored else {}
         clients = to_host(self.per_client(run.params)) if self.per_client and scored else None
-        pending = run.chunks[run.reported_chunks:]
+        pending = run.round_metrics(run.chunks[run.reported_chunks:])
         rows = []
         for i, history in enumerate(run.histories):
             row: dict[str, float] = {"round": run.done}
@@ -198,7 +198,7 @@ class RunEvaluation:
                 row.update({name: math.nan for name in history.columns if name != "round"})
             else:
                 if run.done:
-                    row.update(round_columns(run.round_metrics(i, pending)))
+                    row.update(round_columns(pending[i]))
                 for split, split_values in values.items():
                     for k in ["loss", *(k for k in split_values if k != "loss")]:
                         v = split_values[k]

@@ -133,11 +133,14 @@ class Run:
         """``"run i (seed s): "`` with several runs, else empty: a prefix for messages."""
         return f"run {i} (seed {self.seeds[i]}): " if self.several else ""
 
-    def round_metrics(self, i: int, chunks: Sequence[dict[str, np.ndarray]] | None = None
-                      ) -> dict[str, np.ndarray]:
-        """Run i's per-round metrics of ``chunks`` (default: all), joined: each ``[rounds]``."""
+    def round_metrics(self, chunks: Sequence[dict[str, np.ndarray]] | None = None
+                      ) -> list[dict[str, np.ndarray]]:
+        """Each run's per-round metrics of ``chunks`` (default: all), joined once: a list of
+        S dicts (one run: of one), each value ``[rounds]``."""
         joined = join_chunks(self.chunks if chunks is None else chunks)
-        return {k: v[:, i] for k, v in joined.items()} if self.several else joined
+        if not self.several:
+            return [joined]
+        return [{k: v[:, i] for k, v in joined.items()} for i in range(len(self.seeds))]
 
     def results(self) -> list[Result]:
         """One :class:`Result` per run, of what has been recorded so far."""
@@ -147,14 +150,11 @@ class Run:
         memory = dict(self.memory)
         if "held" in memory:
             memory["measured"] = memory["held"] + memory.get("working_set", 0)
-        joined = join_chunks(self.chunks)
         out = []
-        for i, history in enumerate(self.histories):
-            if self.several:
-                state = jax.tree.map(lambda a, i=i: a[i], self.carry[0])
-                metrics = {k: v[:, i] for k, v in joined.items()}
-            else:
-                state, metrics = self.carry[0], joined
+        for i, (history, metrics) in enumerate(zip(self.histories, self.round_metrics(),
+                                                   strict=True)):
+            state = (jax.tree.map(lambda a, i=i: a[i], self.carry[0]) if self.several
+                     else self.carry[0])
             out.append(Result(state.params, history, metrics, state, dict(timing),
                               dict(memory), self.stop_reason))
         return out
