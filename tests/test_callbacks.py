@@ -88,7 +88,7 @@ def test_a_stop_asked_after_a_chunk_ends_the_run_there():
 
 
 def test_metrics_csv_is_current_at_every_evaluation_while_the_run_goes_on(tmp_path):
-    path, seen = tmp_path / "live.csv", []
+    path, seen = tmp_path / "not_yet" / "live.csv", []  # its directory is made
 
     class ReadBack(fa.callbacks.Callback):  # listed after the logger: sees what it wrote
         def on_evaluation(self, run, rows):

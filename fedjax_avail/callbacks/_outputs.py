@@ -46,7 +46,7 @@ class CSVLogger(_Output):
     sees half a file), so the file is current while the run goes on.
 
     Args:
-      path: the CSV file.
+      path: the CSV file (its directory is made if missing).
       fields: constant columns put first in every row (e.g. ``{"algorithm": "FedAvg"}``).
       preceding: rows written before this run's (e.g. other algorithms' rows of one file).
 
@@ -70,7 +70,12 @@ class CSVLogger(_Output):
         rows = list(self.preceding)
         for name, history in zip(run_names(run), run.histories, strict=True):
             rows += [{**self.fields, **name, **row} for row in history]
-        self._attempt(self.path, lambda: History(rows).to_csv(self.path))
+
+        def write_rows():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            History(rows).to_csv(self.path)
+
+        self._attempt(self.path, write_rows)
 
 
 class TensorBoard(_Output):
