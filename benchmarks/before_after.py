@@ -10,7 +10,11 @@ and fast phases of a noisy machine fall on both alike. Each measurement is one
 Setting: the FedLaAvg Fig. 2 MNIST benchmark (``fedlaavg_mnist.py``: N = 1000 one-digit clients,
 logistic regression, diurnal availability D = 1, E = 100, K = 100, C = 10, B = 5, lr 0.01),
 for FedAvg and FedLaAvg (``--algorithms`` also takes ``fedavg_divfl``: FedAvg with DivFL's
-selection, ``fedavg_poc``: with Power-of-Choice, d = N).
+selection, ``fedavg_poc``: with Power-of-Choice, d = N). ``fedbuff_<N>`` and ``kasync_<N>``
+(e.g. ``fedbuff_1e5``) time asynchronous updates on ``async_scaling.py``'s data (N clients of
+10 random 8x8 images, 64x10 logistic regression): FedBuff (K = 10, Q = 5, B = 5) and K-async
+SGD (K = 10, B = 4) on the event clock (Exponential(1) job times, M = 100 jobs in flight,
+H = 64), availability Bernoulli(0.5).
 
 Usage::
 
@@ -41,15 +45,29 @@ import json, sys, time
 import numpy as np
 import fedjax_avail as fa
 algorithm_name, rounds, data_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-train, test = fa.data.load_mnist(data_dir)
-fd = fa.data.one_label_per_client(train["x"], train["y"], 1000, seed=0)
-process = fa.availability.diurnal(fd.client_labels(), D=1, E=100)
-common = dict(clients_per_round=100, local_steps=10, batch_size=5, client_lr=0.01)
-algorithm = {"fedavg": fa.algorithms.FedAvg, "fedlaavg": fa.algorithms.FedLaAvg,
-             "fedavg_divfl": lambda **c: fa.algorithms.FedAvg(**c, selection=fa.selection.DivFL()),
-             "fedavg_poc": lambda **c: fa.algorithms.FedAvg(
-                 **c, selection=fa.selection.PowerOfChoice(d=1000))}[algorithm_name](**common)
-task = fa.tasks.logistic_regression(784, 10)
+if algorithm_name.startswith(("fedbuff_", "kasync_")):  # async_scaling.py's workload
+    name, n = algorithm_name.rsplit("_", 1)
+    n = int(float(n))
+    rng = np.random.default_rng(0)
+    fd = fa.data.iid(rng.integers(0, 255, (n * 10, 8, 8)).astype(np.uint8),
+                     rng.integers(0, 10, n * 10), n)
+    events = dict(concurrency=100, history=64, durations=fa.clock.Exponential(1.0))
+    algorithm = (fa.algorithms.FedBuff(buffer_size=10, local_steps=5, batch_size=5, **events)
+                 if name == "fedbuff" else
+                 fa.algorithms.KAsyncSGD(clients_per_round=10, batch_size=4, **events))
+    process = fa.availability.Bernoulli(0.5)
+    task = fa.tasks.logistic_regression(64, 10)
+else:
+    train, test = fa.data.load_mnist(data_dir)
+    fd = fa.data.one_label_per_client(train["x"], train["y"], 1000, seed=0)
+    process = fa.availability.diurnal(fd.client_labels(), D=1, E=100)
+    common = dict(clients_per_round=100, local_steps=10, batch_size=5, client_lr=0.01)
+    algorithm = {"fedavg": fa.algorithms.FedAvg, "fedlaavg": fa.algorithms.FedLaAvg,
+                 "fedavg_divfl": lambda **c: fa.algorithms.FedAvg(
+                     **c, selection=fa.selection.DivFL()),
+                 "fedavg_poc": lambda **c: fa.algorithms.FedAvg(
+                     **c, selection=fa.selection.PowerOfChoice(d=1000))}[algorithm_name](**common)
+    task = fa.tasks.logistic_regression(784, 10)
 result = fa.simulate(task, fd, algorithm, process, rounds=rounds, seed=0, eval_every=rounds)
 print(json.dumps({"s_per_round": result.timing["s_per_round"],
                   "compile_s": result.timing["compile"],

@@ -25,7 +25,7 @@ from fedjax_avail.data import FederatedData
 from fedjax_avail.engine import simulate
 from fedjax_avail.history import History
 from fedjax_avail.memory import MemoryEstimate, estimate_memory
-from fedjax_avail.results import DivergenceError, Interrupted, Result
+from fedjax_avail.results import DivergenceError, Interrupted, Result, StalledError
 from fedjax_avail.tasks import Task
 
 __version__ = "0.1.0"
@@ -38,6 +38,7 @@ __all__ = [
     "Interrupted",
     "MemoryEstimate",
     "Result",
+    "StalledError",
     "Task",
     "__version__",
     "algorithms",

@@ -33,12 +33,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from fedjax_avail import _keys, inputs, memory
 from fedjax_avail import cohort as cohort_lib
 from fedjax_avail import runs as runs_lib
-from fedjax_avail._checks import Annotated, Count, Range, Seed, checked
+from fedjax_avail._checks import Annotated, Count, Positive, Range, Seed, checked
 from fedjax_avail._host import to_host
 from fedjax_avail._io import check_writable_dir
 from fedjax_avail._lock import DirectoryLock
 from fedjax_avail.algorithms import Algorithm, RoundInput
 from fedjax_avail.availability import AvailabilityProcess, reports_of
+from fedjax_avail.availability._timeline import Timeline
 from fedjax_avail.callbacks import (
     Callback,
     Checkpointing,
@@ -46,6 +47,7 @@ from fedjax_avail.callbacks import (
     MeasureHeld,
     ProgressDisplay,
     Run,
+    StallGuard,
     StopOnCtrlC,
 )
 from fedjax_avail.callbacks._callback import dispatch, run_end
@@ -180,8 +182,8 @@ def _initial_carry(task: Task, num_clients: int, runs: Runs) -> tuple[Any, Any]:
     def one(seed, alg, process):
         keys = _keys.run_keys(seed)
         params = task.init(keys.params)
-        return (alg.init(params, num_clients),
-                process.init(keys.availability_init, num_clients), jnp.int32(_HEALTHY)), keys
+        cursor = Timeline.start(process.init(keys.availability_init, num_clients), num_clients)
+        return (alg.init(params, num_clients), cursor, jnp.int32(_HEALTHY)), keys
 
     built = [one(*run) for run in zip(runs.seeds, runs.algorithms, runs.processes, strict=True)]
     if not runs.several:
@@ -224,21 +226,29 @@ class RoundChunks:
     """
 
     def __init__(self, task: Task, runs: Runs, client_chunk: int | None, keys: Any,
-                 hyper: dict[str, jax.Array], mesh: Mesh | None, placement: Placement):
+                 hyper: dict[str, jax.Array], mesh: Mesh | None, placement: Placement,
+                 slot_length: float = 1.0):
         algorithm, availability = runs.algorithms[0], runs.processes[0]  # the code; values vary
 
+        moves_time = getattr(algorithm, "moves_time", False)
+
         def one_round(carry, r, keys, data, hyper):
-            alg_state, avail_state, health = carry
-            avail_key = _keys.availability_key(keys, r)
-            avail_state, mask = availability.step(avail_state, r, avail_key)
-            reports = reports_of(availability, mask, r, avail_key)
-            round_input = RoundInput(r, mask, _keys.algorithm_key(keys, r), reports)
+            alg_state, cursor, health = carry
             alg = runs_lib.bind(algorithm, hyper)  # this run's hyperparameter values
-            alg_state, metrics = alg.round(alg_state, round_input,
-                                           Problem(task, data, client_chunk))
+            timeline = Timeline(availability, keys, slot_length)
+            start = getattr(alg, "virtual_time", lambda state: None)(alg_state)
+            cursor = timeline.at(cursor, r if start is None else timeline.slot_of(start))
+            mask = cursor.mask
+            reports = reports_of(availability, mask, r, _keys.availability_key(keys, r))
+            round_input = RoundInput(r, mask, _keys.algorithm_key(keys, r), reports,
+                                     timeline, cursor)
+            out = alg.round(alg_state, round_input, Problem(task, data, client_chunk))
+            (alg_state, metrics), cursor = (out[:2], out[2]) if moves_time else (out, cursor)
+            if "virtual_time" not in metrics:  # one slot a round
+                metrics["virtual_time"] = (r + 1).astype(jnp.float32) * jnp.float32(slot_length)
             bad = ~_finite(alg_state)
             health = jnp.where((health == _HEALTHY) & bad, r, health)
-            return (alg_state, avail_state, health), {"num_available": jnp.sum(mask), **metrics}
+            return (alg_state, cursor, health), {"num_available": jnp.sum(mask), **metrics}
 
         step = (cohort_lib.map_runs(one_round, in_axes=(0, None, 0, None, 0)) if runs.several
                 else one_round)
@@ -361,6 +371,7 @@ def simulate(
     mesh: Mesh | None = None,
     callbacks: Sequence[Callback] = (),
     checkpoint_keep: Count = KEEP,
+    slot_length: Positive = 1.0,
 ) -> Result | list[Result]:
     """Runs ``rounds`` rounds of ``algorithm`` under ``availability``; round r uses mask r.
 
@@ -414,12 +425,17 @@ def simulate(
         ``checkpoint_dir`` is set) and the results so far are returned with
         ``Result.stopped = reason``. E.g. :class:`fedjax_avail.callbacks.CSVLogger`,
         :class:`fedjax_avail.callbacks.TensorBoard` (written at every evaluation).
+      slot_length: L, the virtual time an availability mask holds for (slot s is
+        ``[s L, (s + 1) L)``; :mod:`fedjax_avail.availability._timeline`). A synchronous round
+        without durations lasts one slot; with durations it reads the slot of its start time;
+        an asynchronous update moves through the slots its jobs run in.
 
     Returns:
       a :class:`Result` (a list of them for a list of seeds). ``history`` holds ``train_loss``
       (mean over all clients' examples, the quantity the FedLaAvg figures plot) and every task
       metric as ``train_<name>``, plus
-      ``test_loss`` and ``test_<name>`` when ``test_data`` is given. When ``test_data`` is a
+      ``test_loss`` and ``test_<name>`` when ``test_data`` is given, and ``virtual_time`` (every
+      algorithm: the time at the end of the last round). When ``test_data`` is a
       ``FederatedData`` (each client's own test split) and the task has an ``accuracy``
       metric, the fairness metrics of the per-client accuracies are added as
       ``test_client_dissimilarity``, ``test_acc_worst10``, ``test_jain``, ...
@@ -457,7 +473,7 @@ def simulate(
             seed=runs.seeds if runs.several else seed, eval_every=eval_every,
             data=(data.arrays, data.counts), test_data=test_arrays,
             train_eval_examples=train_eval_examples, eval_batch_size=eval_batch_size,
-            client_chunk=client_chunk, mesh=_mesh_layout(mesh),
+            client_chunk=client_chunk, mesh=_mesh_layout(mesh), slot_length=slot_length,
             model=jax.eval_shape(lambda params: params, carry[0].params), **_environment()),
             every=checkpoint_every or eval_every, keep=checkpoint_keep)
     carry, placement = _place(carry, data, mesh, runs.several)
@@ -468,10 +484,10 @@ def simulate(
     restored = checkpointing.restore(run) if checkpointing else False
     evaluation = RunEvaluation(task, placement.data, test_arrays, test_data, eval_batch_size,
                                train_eval_examples, runs.several)
-    chunks = RoundChunks(task, runs, client_chunk, keys, hyper, mesh, placement)
+    chunks = RoundChunks(task, runs, client_chunk, keys, hyper, mesh, placement, slot_length)
     every = (eval_every,) + ((checkpointing.every,) if checkpointing else ())
     hooks = [StopOnCtrlC(checkpointing.directory if checkpointing else None), held,
-             ProgressDisplay(progress), *callbacks, DivergenceGuard(),
+             ProgressDisplay(progress), *callbacks, DivergenceGuard(), StallGuard(slot_length),
              *([checkpointing] if checkpointing else [])]
     try:
         dispatch(hooks, "on_run_start", run)

@@ -199,6 +199,8 @@ class RunEvaluation:
             else:
                 if run.done:
                     row.update(round_columns(pending[i]))
+                else:
+                    row["virtual_time"] = 0.0  # every run starts at time 0
                 for split, split_values in values.items():
                     for k in ["loss", *(k for k in split_values if k != "loss")]:
                         v = split_values[k]

@@ -71,9 +71,9 @@ class History:
 def round_columns(metrics: dict[str, np.ndarray]) -> dict[str, float]:
     """History columns summarising the per-round metrics of the rounds since the last row.
 
-    Asynchronous runs record ``virtual_time`` (at the last of those rounds) and the mean and
-    largest staleness of the contributions applied in them (``staleness_mean``,
-    ``staleness_max``; NaN when none was applied).
+    Every run records ``virtual_time`` (at the end of the last of those rounds); asynchronous
+    runs also record the mean and largest staleness of the contributions applied in them
+    (``staleness_mean``, ``staleness_max``; NaN when none was applied).
     """
     row: dict[str, float] = {}
     if "virtual_time" in metrics and len(metrics["virtual_time"]):

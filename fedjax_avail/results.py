@@ -52,6 +52,18 @@ class DivergenceError(RuntimeError):
         self.result, self.round = result, round_index
 
 
+class StalledError(RuntimeError):
+    """An asynchronous update could not gather its K results: the availability process will
+    bring no client back (a trace played once has ended), or none came back for a long wait.
+    ``.result`` holds everything recorded; ``.round`` is the first update that could not be made
+    and ``.virtual_time`` the time the run stood still at."""
+
+    def __init__(self, message: str, result: Result | list[Result], round_index: int,
+                 virtual_time: float):
+        super().__init__(message)
+        self.result, self.round, self.virtual_time = result, round_index, virtual_time
+
+
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C stopped the run at a chunk boundary; ``.result`` holds what was recorded.
 

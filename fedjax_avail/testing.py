@@ -28,6 +28,7 @@ import numpy as np
 
 from fedjax_avail import availability, data
 from fedjax_avail.algorithms import Algorithm, RoundInput
+from fedjax_avail.callbacks import Callback, Run
 from fedjax_avail.data import FederatedData
 from fedjax_avail.engine import simulate
 from fedjax_avail.local import Problem
@@ -58,6 +59,13 @@ def _points(n: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).normal(size=(n, 3)).astype(np.float32)
 
 
+def _round(algorithm: Algorithm, state: Any, inputs: RoundInput, problem: Problem):
+    """``(state, metrics)`` of one round (an algorithm that moves time also returns its cursor,
+    dropped here)."""
+    out = algorithm.round(state, inputs, problem)
+    return out[:2] if getattr(algorithm, "moves_time", False) else out
+
+
 def check_traces_once(algorithm: Algorithm, num_clients: int = 10, rounds: int = 6) -> None:
     """``round`` under ``jit`` + ``lax.scan``: one trace, and the state keeps its type."""
     fd, task = point_clients(_points(num_clients)), quadratic_task(3)
@@ -68,7 +76,7 @@ def check_traces_once(algorithm: Algorithm, num_clients: int = 10, rounds: int =
         traces.append(1)
         half = jnp.arange(num_clients) % 2 == r % 2  # each client available every other round
         inputs = RoundInput(r, half, jax.random.fold_in(jax.random.PRNGKey(0), r))
-        return algorithm.round(state, inputs, Problem(task, fd))
+        return _round(algorithm, state, inputs, Problem(task, fd))
 
     run = jax.jit(lambda s: jax.lax.scan(body, s, jnp.arange(rounds)))
     try:
@@ -99,25 +107,43 @@ def check_deterministic(algorithm: Algorithm, rounds: int = 8) -> None:
         "seeds 1 and 2 give the same model: the round ignores its key")
 
 
-def check_converges(algorithm: Algorithm, rounds: int = 400, atol: float = 0.1) -> None:
+class _Iterates(Callback):
+    """Keeps the global model at every chunk's end."""
+
+    def __init__(self):
+        self.params: list[np.ndarray] = []
+
+    def on_chunk_end(self, run: Run, metrics: dict[str, np.ndarray]) -> None:
+        self.params.append(np.asarray(run.params))
+
+
+def check_converges(algorithm: Algorithm, rounds: int = 400, atol: float = 0.1,
+                    average_last: int | None = None) -> None:
     """Every client available, the model reaches the optimum of a quadratic.
 
     ``clients_per_round`` / ``buffer_size`` are set to all 8 clients (and ``concurrency`` to N)
-    where the algorithm has them, so no cohort sampling noise remains.
+    where the algorithm has them, so no cohort sampling noise remains. An algorithm that applies
+    one client at a time with a constant step (FedAsync) only fluctuates around the optimum
+    (measured: 0.1-0.3 from it after 400 updates, whatever the seed): pass ``average_last=A`` to
+    judge the mean of the models after each of the last A tenths of the run instead.
     """
     points = _points(8, seed=3)
     fd, task = point_clients(points), quadratic_task(3)
     fields = {f.name for f in dataclasses.fields(algorithm)}
     algorithm = dataclasses.replace(
         algorithm, **{name: value for name, value in _FULL_COHORT if name in fields})
+    iterates = _Iterates()
     result = simulate(task, fd, algorithm, availability.AlwaysOn(), rounds=rounds,
-                      eval_every=rounds)
+                      eval_every=rounds if average_last is None else rounds // 10,
+                      callbacks=[iterates])
+    model = np.asarray(result.params) if average_last is None else np.mean(
+        iterates.params[-average_last:], axis=0)
     # The optimum of the mean of ||x - y_i||^2 is the mean point, where the loss is the spread.
     optimum = points.mean(axis=0)
-    np.testing.assert_allclose(result.params, optimum, atol=atol,
+    np.testing.assert_allclose(model, optimum, atol=atol,
                                err_msg=f"after {rounds} rounds the model is not at the optimum")
     best = np.mean(np.sum((points - optimum) ** 2, axis=1))
-    first, last = result.history["train_loss"][0], result.history["train_loss"][-1]
+    first, last = result.history["train_loss"][0], np.mean(np.sum((points - model) ** 2, axis=1))
     assert last - best < 0.02 * (first - best), (
         f"the training loss went {first:.4f} -> {last:.4f}, optimum {best:.4f}")
 
@@ -137,7 +163,7 @@ def check_cohort_compute(algorithm: Algorithm, max_flops_per_client: float = 100
                       rng.integers(0, 10, n * 4), n)
         state = algorithm.init(task.init(jax.random.PRNGKey(0)), n)
         inputs = RoundInput(jnp.int32(0), jnp.ones(n, bool), jax.random.PRNGKey(1))
-        step = jax.jit(lambda s, d: algorithm.round(s, inputs, Problem(task, d)))
+        step = jax.jit(lambda s, d: _round(algorithm, s, inputs, Problem(task, d)))
         cost = step.lower(state, jax.device_put(fd)).compile().cost_analysis()
         return float((cost[0] if isinstance(cost, list) else cost)["flops"])
 

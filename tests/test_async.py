@@ -164,25 +164,32 @@ def test_history_and_per_client_copies_agree_and_short_histories_drop(digits_fd)
 
 
 def test_offline_clients_never_start_and_jobs_never_come_from_the_future(digits_fd):
+    # The table is indexed by slot (virtual time // 1). A job applied in update r with
+    # staleness s started from version v = r - s: at a time in [T(v - 1), T(v)] (T(u): the
+    # time of update u) and completed in [T(r - 1), T(r)]. Its client was available when it
+    # started; with "lost" it stayed available through every slot the job surely ran in.
     fd = digits_fd
-    n, rounds = fd.num_clients, 60
-    table = np.random.default_rng(1).random((rounds, n)) < 0.5
+    n, slots, rounds = fd.num_clients, 200, 60
+    table = np.random.default_rng(1).random((slots, n)) < 0.5
     table[:, 0] = False  # client 0 is never available
     for offline in ("lost", "late"):
         alg = ALG.FedBuff(buffer_size=2, local_steps=1, batch_size=2, concurrency=6,
                           offline=offline, durations=fa.clock.Exponential(1.0))
         result = fa.simulate(fa.tasks.logistic_regression(64, 10), fd, alg,
-                             fa.availability.Trace(table), rounds=rounds, seed=5)
+                             fa.availability.Trace(table, cyclic=False), rounds=rounds, seed=5)
         m = result.round_metrics
+        slot = np.floor(m["virtual_time"]).astype(int)
+        assert slot[-1] < slots
         for r in range(rounds):
             for c, s in zip(m["applied_clients"][r], m["applied_staleness"][r], strict=True):
                 if c < 0:
                     continue
                 assert c != 0 and 0 <= s <= r  # a version from the past, or the present
-                v = r - s  # the job started in round v, or at the update ending round v - 1
-                assert table[v, c] or (v >= 1 and table[v - 1, c]), (r, c, s)
-                if offline == "lost":  # a job whose client went offline never completes
-                    assert table[v:r + 1, c].all() or table[v - 1:r + 1, c].all()
+                v = r - s
+                started = slot[v - 1] if v >= 1 else 0
+                assert table[started:slot[v] + 1, c].any(), (r, c, s)
+                if offline == "lost" and v <= r - 1:  # offline clients' jobs never complete
+                    assert table[slot[v]:slot[r - 1] + 1, c].all(), (r, c, s)
         if offline == "lost":
             assert m["jobs_lost"][-1] > 0
 

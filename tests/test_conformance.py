@@ -48,7 +48,10 @@ def test_bit_identical_for_a_seed(algorithm):
 
 
 def test_converges_on_a_quadratic(algorithm):
-    fa.testing.check_converges(algorithm)
+    if isinstance(algorithm, fa.algorithms.FedAsync):  # one client an update: it fluctuates
+        fa.testing.check_converges(algorithm, rounds=1000, average_last=5)
+    else:
+        fa.testing.check_converges(algorithm)
 
 
 def test_cohort_compute_does_not_grow_with_N(algorithm):

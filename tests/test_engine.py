@@ -55,7 +55,8 @@ def test_history_rows_and_exports(small, tmp_path):
     assert {"train_loss", "train_accuracy", "test_loss", "test_accuracy"} <= set(h.columns)
     np.testing.assert_allclose(h["train_loss"][0], np.log(10), rtol=1e-6)  # zero-init softmax
     h.to_csv(tmp_path / "m.csv")
-    assert (tmp_path / "m.csv").read_text().splitlines()[0].startswith("round,train_loss")
+    header = (tmp_path / "m.csv").read_text().splitlines()[0]
+    assert header.startswith("round,virtual_time,train_loss")
     assert h.to_pandas()["round"].tolist() == [0, 4, 8, 10]
     assert set(result.timing) >= {"compile", "run", "eval", "total", "s_per_round"}
 

@@ -27,6 +27,7 @@ from jax.flatten_util import ravel_pytree
 
 import fedjax_avail as fa
 from fedjax_avail import engine, experiments
+from fedjax_avail.availability._timeline import Timeline
 from fedjax_avail.callbacks import _checkpointing
 from fedjax_avail.checkpoint import RunCheckpointer
 
@@ -84,10 +85,11 @@ def saved(tmp_path_factory):
 
 
 def _abstract(result):
-    """The scan carry's shapes: (algorithm state, availability state, health flag)."""
+    """The scan carry's shapes: (algorithm state, availability cursor, health flag)."""
     state = jax.eval_shape(lambda: result.state)
     process = fa.availability.Markov(0.2, 0.3)
-    avail = jax.eval_shape(lambda: process.init(jax.random.key(0), 30))
+    avail = jax.eval_shape(lambda: Timeline.start(
+        process.init(jax.random.key(0), 30), 30))
     return state, avail, jax.ShapeDtypeStruct((), np.int32)
 
 
@@ -186,6 +188,7 @@ CHANGES = {
     "eval_batch_size": lambda s: {"eval_batch_size": 128},
     "client_chunk": lambda s: {"client_chunk": 2},
     "mesh": lambda s: {"mesh": jax.sharding.Mesh(np.array(jax.devices()[:1]), ("clients",))},
+    "slot_length": lambda s: {"slot_length": 0.5},
 }
 ENVIRONMENT = {
     "jax_version": "0.0.1",

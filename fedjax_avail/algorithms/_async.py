@@ -20,10 +20,12 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
+from fedjax_avail import _keys, availability
 from fedjax_avail import clock as clock_lib
 from fedjax_avail import cohort as cohort_lib
 from fedjax_avail._checks import Count, check_int, check_optional_int
 from fedjax_avail.algorithms._base import Metrics, RoundInput
+from fedjax_avail.availability._timeline import Cursor, Timeline
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -83,6 +85,15 @@ class AsyncParts:
         x0, _ = ravel_pytree(params)
         return self._clock(events).init(num_clients), self._store().init(x0, num_clients)
 
+    @property
+    def moves_time(self) -> bool:
+        """True: ``round`` returns ``(state, metrics, cursor)`` (see ``Algorithm``)."""
+        return True
+
+    def virtual_time(self, state) -> jax.Array:
+        """``[]`` the virtual time of the last server update (K-of-P: iterations)."""
+        return state.clock.time[0]
+
 
 class Contributions(NamedTuple):
     """The jobs completing in one update, ready to train."""
@@ -95,19 +106,33 @@ class Contributions(NamedTuple):
     train_key: jax.Array  # the round's batch key (FedAvg's, so one-client-per-round matches it)
 
 
+def _timeline(inputs: RoundInput) -> tuple[Any, Any]:
+    """The round's timeline and cursor; without them (a direct call of ``round``) the mask
+    ``inputs.available`` holds in every slot."""
+    if inputs.timeline is not None:
+        return inputs.timeline, inputs.cursor
+    fixed = Timeline(availability.AlwaysOn(), _keys.run_keys(0))
+    return fixed, Cursor(inputs.available, jnp.int32(-1), inputs.available)
+
+
 def completions(parts: AsyncParts, events: int, clock_state, store, inputs: RoundInput,
-                params) -> tuple[Any, Contributions, Any, Metrics]:
+                params) -> tuple[Any, Contributions, Any, Metrics, Any]:
     """Advances the clock through this update's completions and finds their start models.
 
     Returns:
-      ``(clock state, contributions, started jobs, metrics)``; pass the started jobs to
-      :func:`record`.
+      ``(clock state, contributions, started jobs, metrics, cursor)``; pass the started jobs
+      to :func:`record`, return the cursor from ``round``.
     """
     t = inputs.round
     x_t, _ = ravel_pytree(params)
     clock_key, train_key = jax.random.split(inputs.key)
     clock = parts._clock(events)
-    clock_state, done, started = clock.step(clock_state, inputs.available, clock_key, t)
+    timeline, cursor = _timeline(inputs)
+    if isinstance(clock, clock_lib.EventClock):
+        clock_state, done, started, cursor = clock.step(clock_state, timeline, cursor,
+                                                        clock_key, t)
+    else:  # K-of-P: one iteration is one slot, read by the engine
+        clock_state, done, started = clock.step(clock_state, inputs.available, clock_key, t)
     starts, alive = parts._store().starts(store, done.clients, done.versions, t, x_t)
     reported = done.valid
     if inputs.reports is not None:
@@ -127,8 +152,9 @@ def completions(parts: AsyncParts, events: int, clock_state, store, inputs: Roun
     }
     if isinstance(clock_state, clock_lib.EventClockState):
         metrics["jobs_lost"] = clock_state.jobs_lost
+        metrics["stalled"] = clock_state.stalled
     contributions = Contributions(done.clients, staleness, valid, starts, batch_ids, train_key)
-    return clock_state, contributions, started, metrics
+    return clock_state, contributions, started, metrics, cursor
 
 
 def record(parts: AsyncParts, store, t, params, new_params, started) -> Any:

@@ -15,9 +15,14 @@ class RoundInput(NamedTuple):
     """Per-round inputs the engine hands an algorithm."""
 
     round: jax.Array  # [] int32, r = 0, 1, ...
-    available: jax.Array  # [N] bool, availability step r
+    available: jax.Array  # [N] bool, availability in the slot the round starts in
     key: jax.Array  # PRNG key of round r
     reports: jax.Array | None = None  # [N] bool, False: a selected client fails to report
+    # Where the round starts on the slot axis (fa.availability.Timeline and its Cursor), for
+    # algorithms that move through time within a round (the event clock); None: ``available``
+    # holds for the whole round.
+    timeline: Any = None
+    cursor: Any = None
 
 
 def reported(inputs: RoundInput, cohort: jax.Array, valid: jax.Array) -> jax.Array:
@@ -32,7 +37,11 @@ def reported(inputs: RoundInput, cohort: jax.Array, valid: jax.Array) -> jax.Arr
 class Algorithm(Protocol):
     """A frozen dataclass of hyperparameters with pure ``init`` and ``round``.
 
-    ``state.params`` must hold the global model pytree.
+    ``state.params`` must hold the global model pytree. Optional: ``virtual_time(state)``, the
+    ``[]`` virtual time the next round starts at (None or absent: round r starts at slot r);
+    ``moves_time = True`` for an algorithm whose round moves through availability slots itself
+    (the asynchronous event clock): its ``round`` returns ``(state, metrics, cursor)``, the
+    cursor where the round ended.
     """
 
     def validate(self, num_clients: int) -> None: ...

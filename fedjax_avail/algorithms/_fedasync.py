@@ -75,8 +75,8 @@ class FedAsync(AsyncParts):
 
     def round(
         self, state: FedAsyncState, inputs: RoundInput, problem: Problem
-    ) -> tuple[FedAsyncState, Metrics]:
-        clock_state, c, started, metrics = completions(
+    ) -> tuple[FedAsyncState, Metrics, Any]:  # Any: the cursor
+        clock_state, c, started, metrics, cursor = completions(
             self, 1, state.clock, state.store, inputs, state.params)
         updates = local_sgd(problem, state.params, c.clients, c.train_key,
                             steps=self.local_steps, batch_size=self.batch_size,
@@ -90,4 +90,4 @@ class FedAsync(AsyncParts):
         params = unravel((1.0 - weight) * x + weight * x_new)
         store = record(self, state.store, inputs.round, state.params, params, started)
         metrics = {**metrics, "mixing": weight}
-        return FedAsyncState(params, clock_state, store), metrics
+        return FedAsyncState(params, clock_state, store), metrics, cursor

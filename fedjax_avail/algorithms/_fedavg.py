@@ -102,6 +102,11 @@ class FedAvg:
         return FedAvgState(params=params, opt_state=self._optimizer().init(params),
                            selection=self.selection.init(params, num_clients), clock=clock)
 
+    def virtual_time(self, state: FedAvgState) -> jax.Array | None:
+        """``[]`` the time the rounds so far took (durations given), else None (a round is one
+        availability slot)."""
+        return None if state.clock is None else state.clock.time[0]
+
     def prepare(self, state: FedAvgState, problem: Problem) -> FedAvgState:
         """Before round 0: the selection's preparation (DivFL: every client's gradient)."""
         return state._replace(selection=selection_lib.prepare_selection(

@@ -90,8 +90,8 @@ class FedBuff(AsyncParts):
 
     def round(
         self, state: FedBuffState, inputs: RoundInput, problem: Problem
-    ) -> tuple[FedBuffState, Metrics]:
-        clock_state, c, started, metrics = completions(
+    ) -> tuple[FedBuffState, Metrics, Any]:  # Any: the cursor
+        clock_state, c, started, metrics, cursor = completions(
             self, self.buffer_size, state.clock, state.store, inputs, state.params)
         updates = local_sgd(problem, state.params, c.clients, c.train_key,
                             steps=self.local_steps, batch_size=self.batch_size,
@@ -103,4 +103,4 @@ class FedBuff(AsyncParts):
         buffer = jnp.tensordot(weights, updates, 1)  # Alg. 2 L6: sum of the K uploads
         params = server.add_delta(state.params, self.beta * buffer)  # L9: w - beta sum Delta
         store = record(self, state.store, inputs.round, state.params, params, started)
-        return FedBuffState(params, clock_state, store), metrics
+        return FedBuffState(params, clock_state, store), metrics, cursor

@@ -88,8 +88,8 @@ class KAsyncSGD(AsyncParts):
 
     def round(
         self, state: KAsyncState, inputs: RoundInput, problem: Problem
-    ) -> tuple[KAsyncState, Metrics]:
-        clock_state, c, started, metrics = completions(
+    ) -> tuple[KAsyncState, Metrics, Any]:  # Any: the cursor
+        clock_state, c, started, metrics, cursor = completions(
             self, self.clients_per_round, state.clock, state.store, inputs, state.params)
         grads, _ = local_gradients(problem, state.params, c.clients, c.train_key,
                                    batch_size=self.batch_size, starts=c.starts,
@@ -97,7 +97,7 @@ class KAsyncSGD(AsyncParts):
         step = jnp.tensordot(self._weights(c.staleness, c.valid).astype(jnp.float32), grads, 1)
         params = server.add_delta(state.params, -self.client_lr * step)
         store = record(self, state.store, inputs.round, state.params, params, started)
-        return KAsyncState(params, clock_state, store), metrics
+        return KAsyncState(params, clock_state, store), metrics, cursor
 
 
 @dataclasses.dataclass(frozen=True)

@@ -140,8 +140,8 @@ class WKAFL(AsyncParts):
 
     def round(
         self, state: WKAFLState, inputs: RoundInput, problem: Problem
-    ) -> tuple[WKAFLState, Metrics]:
-        clock_state, c, started, metrics = completions(
+    ) -> tuple[WKAFLState, Metrics, Any]:  # Any: the cursor
+        clock_state, c, started, metrics, cursor = completions(
             self, self.clients_per_round, state.clock, state.store, inputs, state.params)
         grads, losses = local_gradients(problem, state.params, c.clients, c.train_key,
                                         batch_size=self.batch_size, starts=c.starts,
@@ -170,7 +170,7 @@ class WKAFL(AsyncParts):
         momentum = jnp.where(count > 0, momentum, state.momentum)
         store = record(self, state.store, inputs.round, state.params, params, started)
         metrics = {**metrics, "stage": stage, "lr": lr, "num_consistent": chosen}
-        return WKAFLState(params, clock_state, store, momentum, stage), metrics
+        return WKAFLState(params, clock_state, store, momentum, stage), metrics, cursor
 
     def _stage(self, stage, round_index, losses, valid, count):
         if self.stage_switch == "round":

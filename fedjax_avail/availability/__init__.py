@@ -1,4 +1,4 @@
-"""Availability processes: which clients can be selected at each step."""
+"""Availability processes: which clients can be selected in each time slot."""
 
 from fedjax_avail.availability._combine import Combined, all_of, any_of
 from fedjax_avail.availability._dropout import (
@@ -12,7 +12,13 @@ from fedjax_avail.availability._hour_of_day import HourOfDay
 from fedjax_avail.availability._markov import Markov, MarkovState
 from fedjax_avail.availability._periodic import Periodic, diurnal
 from fedjax_avail.availability._plot import plot_availability
-from fedjax_avail.availability._process import AlwaysOn, AvailabilityProcess, Bernoulli
+from fedjax_avail.availability._process import (
+    AlwaysOn,
+    AvailabilityProcess,
+    Bernoulli,
+    ended,
+    skip,
+)
 from fedjax_avail.availability._sample import sample
 from fedjax_avail.availability._trace import Trace
 
@@ -32,9 +38,11 @@ __all__ = [
     "check_reports_forwarded",
     "diurnal",
     "dropout",
+    "ended",
     "longest_gap",
     "minimal_availability",
     "plot_availability",
     "reports_of",
     "sample",
+    "skip",
 ]

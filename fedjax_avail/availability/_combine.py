@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from fedjax_avail._checks import check_fields
 from fedjax_avail.availability._dropout import reports_of
-from fedjax_avail.availability._process import AvailabilityProcess, State
+from fedjax_avail.availability._process import AvailabilityProcess, State, ended, skip
 
 _MODES = {"all": jnp.logical_and, "any": jnp.logical_or}
 
@@ -61,6 +61,17 @@ class Combined:
                    for process, s, k in zip(self.processes, state, self._keys(key), strict=True)]
         mask = functools.reduce(_MODES[self.mode], [m for _, m in stepped])
         return tuple(s for s, _ in stepped), mask
+
+    def skip(self, state: State, t: jax.Array, k: jax.Array, key: jax.Array) -> State:
+        """Each child skips the k slots with its own key (as in ``step``)."""
+        return tuple(skip(process, s, t, k, child_key) for process, s, child_key
+                     in zip(self.processes, state, self._keys(key), strict=True))
+
+    def ended(self, state: State, t: jax.Array) -> jax.Array:
+        """``all_of``: when any child has ended; ``any_of``: when every child has."""
+        done = jnp.stack([ended(process, s, t)
+                          for process, s in zip(self.processes, state, strict=True)])
+        return jnp.any(done) if self.mode == "all" else jnp.all(done)
 
     def reports(self, available: jax.Array, t: jax.Array, key: jax.Array) -> jax.Array | None:
         """The AND of the children's reports (each with its own key, as in ``step``)."""

@@ -19,7 +19,7 @@ import dataclasses
 import jax
 
 from fedjax_avail._checks import Probability, check_fields, checked
-from fedjax_avail.availability._process import AvailabilityProcess, State
+from fedjax_avail.availability._process import AvailabilityProcess, State, ended, skip
 
 _REPORTS_STREAM = 0x5D0  # folded into the availability key; the wrapped process keeps its own
 
@@ -55,6 +55,12 @@ class Dropout:
 
     def step(self, state: State, t: jax.Array, key: jax.Array) -> tuple[State, jax.Array]:
         return self.process.step(state, t, key)
+
+    def skip(self, state: State, t: jax.Array, k: jax.Array, key: jax.Array) -> State:
+        return skip(self.process, state, t, k, key)
+
+    def ended(self, state: State, t: jax.Array) -> jax.Array:
+        return ended(self.process, state, t)
 
     def reports(self, available: jax.Array, t: jax.Array, key: jax.Array) -> jax.Array:
         own, inner_key = jax.random.split(jax.random.fold_in(key, _REPORTS_STREAM))

@@ -14,6 +14,7 @@ from fedjax_avail._checks import Annotated, Range, check_fields
 from fedjax_avail.availability._process import State
 
 _INITIAL = ("stationary", "on", "off")
+_SCALE = 2.0**31  # _bits' threshold scale
 
 
 class MarkovState(NamedTuple):
@@ -114,3 +115,28 @@ class Markov:
         next_on = jnp.where(state.on, ~_bits.below(words, state.to_off),
                             _bits.below(words, state.to_on))
         return state._replace(on=next_on), state.on
+
+    def skip(self, state: State, t: jax.Array, k: jax.Array, key: jax.Array) -> State:
+        """``X_{t+k}`` from ``X_t`` in one draw per client, by the k-step transition of the
+        two-state chain: with ``s = p_on + p_off`` and ``lambda = 1 - s``,
+
+            P(X_{t+k} = on | X_t = off) = p_on (1 - lambda^k) / s
+            P(X_{t+k} = on | X_t = on)  = 1 - p_off (1 - lambda^k) / s
+
+        (``k`` steps when ``s = 0``: the chain is frozen). Equal in distribution to k steps,
+        not draw for draw; ``k = 0`` returns the state unchanged.
+        """
+        del t
+        a = state.to_on.astype(jnp.float32) / _SCALE
+        b = state.to_off.astype(jnp.float32) / _SCALE
+        total, kf = a + b, jnp.asarray(k, jnp.float32)
+        lam = 1.0 - total
+        # 1 - lambda^k, accurate for small switching probabilities (lambda near 1)
+        below_one = total < 1.0
+        gone = jnp.where(below_one, -jnp.expm1(kf * jnp.log1p(-jnp.where(below_one, total, 0.0))),
+                         1.0 - jnp.where((lam < 0) & (k % 2 == 1), -1.0, 1.0) * jnp.abs(lam) ** kf)
+        frac = jnp.where(total > 0, gone / jnp.where(total > 0, total, 1.0), kf)
+        p_on = jnp.where(state.on, 1.0 - b * frac, a * frac)
+        thresholds = jnp.round(jnp.clip(p_on, 0.0, 1.0) * _SCALE).astype(jnp.uint32)
+        on = _bits.below(_bits.client_bits(key, state.on.shape[0]), thresholds)
+        return state._replace(on=jnp.where(k > 0, on, state.on))

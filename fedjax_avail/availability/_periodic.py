@@ -51,6 +51,10 @@ class Periodic:
         del key
         return state, state == (t // self.period) % self.num_groups
 
+    def skip(self, state: State, t: jax.Array, k: jax.Array, key: jax.Array) -> State:
+        del t, k, key  # a function of the slot
+        return state
+
 
 def diurnal(labels: np.ndarray, D: int, E: int) -> Periodic:  # noqa: N803 (the paper's names)
     """FedLaAvg's MNIST availability (Sec. 6.1.3, P:L373): two groups alternate every E rounds.

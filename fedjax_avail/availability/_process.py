@@ -4,7 +4,14 @@ A process is a frozen dataclass with two pure functions over all N clients at on
 
 * ``init(key, num_clients) -> state``: called once, outside ``jit``; validates against N.
 * ``step(state, t, key) -> (state, mask)``: ``mask`` is ``[N]`` bool, True where client i is
-  available at step t. Round r of :func:`fedjax_avail.simulate` uses step r.
+  available in time slot t (virtual time ``[t L, (t + 1) L)``, L the slot length,
+  :mod:`._timeline`). A synchronous round without durations is one slot: round r uses step r.
+* optional ``skip(state, t, k, key) -> state``: the state after slots ``t, ..., t + k - 1``
+  passed unobserved (k >= 0, traced), in one call; ``k = 0`` must return ``state`` unchanged.
+  A process whose state does not change with time returns it as is; the Markov chain uses its
+  k-step transition. A process without ``skip`` is stepped k times (exact, O(k N)).
+* optional ``ended(state, t) -> [] bool``: True when no client is ever available again from
+  slot t on (a trace played once that has ended); default never.
 
 Arrays a process needs (probabilities, group ids, trace tables) live in its state, so they are
 device buffers passed to the compiled round, not constants baked into it.
@@ -33,6 +40,25 @@ class AvailabilityProcess(Protocol):
     def step(self, state: State, t: jax.Array, key: jax.Array) -> tuple[State, jax.Array]: ...
 
 
+def skip(process: AvailabilityProcess, state: State, t: jax.Array, k: jax.Array,
+         key: jax.Array) -> State:
+    """``process``'s state after slots ``t, ..., t + k - 1`` passed unobserved (``k`` >= 0).
+
+    Its own ``skip`` where it has one; else k steps, slot ``t + i`` with ``fold_in(key, i)``.
+    """
+    method = getattr(process, "skip", None)
+    if method is not None:
+        return method(state, t, k, key)
+    return jax.lax.fori_loop(
+        0, k, lambda i, s: process.step(s, t + i, jax.random.fold_in(key, i))[0], state)
+
+
+def ended(process: AvailabilityProcess, state: State, t: jax.Array) -> jax.Array:
+    """``[]`` bool: no client of ``process`` is available at slot t or ever after."""
+    method = getattr(process, "ended", None)
+    return jnp.bool_(False) if method is None else method(state, t)
+
+
 @dataclasses.dataclass(frozen=True)
 class AlwaysOn:
     """Every client is available at every step (E = 1 in FedLaAvg's Assumption 4)."""
@@ -44,6 +70,10 @@ class AlwaysOn:
     def step(self, state: State, t: jax.Array, key: jax.Array) -> tuple[State, jax.Array]:
         del t, key
         return state, state
+
+    def skip(self, state: State, t: jax.Array, k: jax.Array, key: jax.Array) -> State:
+        del t, k, key
+        return state
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -149,6 +179,10 @@ class Bernoulli:
     def step(self, state: State, t: jax.Array, key: jax.Array) -> tuple[State, jax.Array]:
         del t
         return state, _bits.below(_bits.client_bits(key, state.shape[0]), state)
+
+    def skip(self, state: State, t: jax.Array, k: jax.Array, key: jax.Array) -> State:
+        del t, k, key  # memoryless: slot t's mask depends on slot t's key only
+        return state
 
 
 def _check_range(low: float, high: float, low_name: str, high_name: str) -> None:

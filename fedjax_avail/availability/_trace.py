@@ -154,3 +154,11 @@ class Trace:
         if self.cyclic:
             return state, state[t % num_rows]
         return state, state[jnp.minimum(t, num_rows - 1)] & (t < num_rows)
+
+    def skip(self, state: State, t: jax.Array, k: jax.Array, key: jax.Array) -> State:
+        del t, k, key  # a lookup by slot
+        return state
+
+    def ended(self, state: State, t: jax.Array) -> jax.Array:
+        """Played once: from slot T on no client is ever available again."""
+        return jnp.bool_(False) if self.cyclic else t >= state.shape[0]

@@ -4,8 +4,9 @@
 after each chunk of rounds and at run end (:mod:`fedjax_avail.callbacks._callback`). The
 engine's own concerns are callbacks of this package too, in this order: Ctrl-C
 (:class:`StopOnCtrlC`), memory measurement (:class:`MeasureHeld`), the progress display
-(:class:`ProgressDisplay`), then yours, then the divergence guard (:class:`DivergenceGuard`)
-and checkpointing (:class:`Checkpointing`).
+(:class:`ProgressDisplay`), then yours, then the divergence guard (:class:`DivergenceGuard`),
+the stall guard of asynchronous runs (:class:`StallGuard`) and checkpointing
+(:class:`Checkpointing`).
 """
 
 from fedjax_avail.callbacks._callback import Callback, Run
@@ -15,6 +16,7 @@ from fedjax_avail.callbacks._interrupt import StopOnCtrlC
 from fedjax_avail.callbacks._memory import MeasureHeld
 from fedjax_avail.callbacks._outputs import CSVLogger, TensorBoard
 from fedjax_avail.callbacks._progress import ProgressDisplay
+from fedjax_avail.callbacks._stall import StallGuard
 
 __all__ = [
     "CSVLogger",
@@ -24,6 +26,7 @@ __all__ = [
     "MeasureHeld",
     "ProgressDisplay",
     "Run",
+    "StallGuard",
     "StopOnCtrlC",
     "TensorBoard",
 ]

@@ -1,31 +1,36 @@
 """The event clock: jobs of random durations in up to M concurrency slots, completed in time order.
 
-One call of :meth:`EventClock.step` is one server step (the scan step): it advances virtual
+One call of :meth:`EventClock.step` is one server update (the scan step): it advances virtual
 time through the next K job completions (the buffer of FedBuff, the K gradients of K-async
-SGD). The rules, in order:
+SGD), reading availability slot by slot on the run's timeline
+(:class:`fedjax_avail.availability.Timeline`). Within the current availability slot, in order:
 
-1. **Offline clients.** A job whose client is unavailable at this step is ``"lost"`` (cancelled,
+1. **Offline clients.** A job whose client is unavailable in the slot is ``"lost"`` (cancelled,
    its slot freed; counted in ``jobs_lost``) or, with ``offline="late"``, it cannot complete
-   until its client is available again.
+   until its client is available again (it then completes at once if its time has passed).
 2. **Starting.** Free slots are filled by available idle clients drawn uniformly at random; a job
    starts from the current model (version t) and draws its duration then.
-3. **Completing.** The K eligible jobs that finish first complete, one event at a time, in order
+3. **Completing.** The eligible jobs that finish first complete, one event at a time, in order
    of (finish time, client index): the lower index first on equal times. Each completion frees
    its slot, and at that instant a client drawn uniformly from the available idle clients (the
    one that just finished included) starts a new job in it. With concurrency N every other
    client is busy, so a client simply restarts: FedBuff's Algorithm 1 (download, Q steps,
-   upload, repeat). A restarted job may complete again within the same step.
-4. **Ties with the update.** The server model changes only after the step's last completion.
-   Uploads at the same instant as the update are received before it, and downloads at that
-   instant see the new model: a job restarted at the instant of the update starts from version
-   t + 1 (so K = M = N with constant durations is synchronous FedAvg).
+   upload, repeat). A restarted job may complete again within the same update.
+4. **The update.** The server model changes at the K-th completion (FedBuff Alg. 2 L8). If the
+   slot ends first, virtual time moves to its end and the next slot is read (rules 1-3 again):
+   an outage passes without an update, and staleness counts server updates only. Uploads at
+   the instant of the update are received before it, and downloads at that instant see the new
+   model: a job started at the instant of the update starts from version t + 1 (so K = M = N
+   with constant durations is synchronous FedAvg).
 
-Fewer than K completions happen only when fewer jobs can complete (too few available clients):
-the step then applies what completed. Virtual time is kept as a compensated float32 sum.
+An update that cannot gather K results because the availability process will never bring a
+client back (a trace played once that has ended), or none within ``MAX_SLOTS_PER_UPDATE``
+slots, sets the sticky ``stalled`` flag: the engine then stops the run
+(:class:`fedjax_avail.StalledError`). Virtual time is kept as a compensated float32 sum.
 
-Cost per step: O(N) for the availability bookkeeping and the draws of starting clients, O(M) to
-find the K earliest jobs in flight, O(K^2) for the events among those and the restarted jobs;
-never O(N P).
+Cost per update: O(N) per slot entered for the availability bookkeeping and the draws of
+starting clients, O(M) to find the K earliest jobs in flight, O(K^2) for the events among those
+and the restarted jobs; never O(N P).
 """
 
 from __future__ import annotations
@@ -37,11 +42,15 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_avail._checks import Count, check_fields
+from fedjax_avail.availability._timeline import Cursor, Timeline
 from fedjax_avail.clock._durations import Durations
 from fedjax_avail.clock._store import Starts
 
 OFFLINE = ("lost", "late")
 _NEVER = jnp.inf
+# Slots one update may wait through for its K results before the run is stopped as stalled
+# (e.g. a Bernoulli process whose clients are almost never on).
+MAX_SLOTS_PER_UPDATE = 100_000
 
 
 class Completions(NamedTuple):
@@ -60,6 +69,7 @@ class EventClockState(NamedTuple):
     speed: jax.Array  # [N] float32, duration divisors
     time: jax.Array  # [2] float32, virtual time as (sum, compensation)
     jobs_lost: jax.Array  # [] int32, jobs cancelled because their client went offline
+    stalled: jax.Array  # [] bool: an update could not gather its K results (sticky)
 
 
 def _uniform_scores(key: jax.Array, mask: jax.Array) -> jax.Array:
@@ -106,14 +116,54 @@ class EventClock:
             speed=jnp.asarray(self.durations.speeds(num_clients)),
             time=jnp.zeros((2,), jnp.float32),
             jobs_lost=jnp.int32(0),
+            stalled=jnp.bool_(False),
         )
 
     def virtual_time(self, state: EventClockState) -> jax.Array:
         return state.time[0]
 
-    def step(self, state: EventClockState, available: jax.Array, key: jax.Array, t: jax.Array):
-        """One server step: ``(state, Completions [K], (phase starts [M], restarts [K]))``."""
+    def step(self, state: EventClockState, timeline: Timeline, cursor: Cursor, key: jax.Array,
+             t: jax.Array):
+        """One server update: ``(state, Completions [K], (fills [M], restarts [K]), cursor)``.
+
+        Runs segments until K jobs have completed: each segment is the rest of the current
+        availability slot (rules 1-3 with that slot's mask); a segment that ends before the
+        K-th completion moves virtual time to the slot's end and the cursor to the next slot.
+        """
+        k, m = self.events, state.slot_client.shape[0]
+        acc = dict(client=jnp.full((k,), -1, jnp.int32), version=jnp.zeros((k,), jnp.int32),
+                   valid=jnp.zeros((k,), bool), restart_slot=jnp.full((k,), m, jnp.int32))
+        flags = (jnp.zeros((m,), bool), jnp.zeros((m,), bool))  # filled, restarted this update
+        loop = (state, cursor, acc, jnp.int32(0), flags, jnp.int32(0))
+
+        def going(carry):
+            state, _, _, n_done, _, segment = carry
+            return (n_done < k) & ~state.stalled & (segment < MAX_SLOTS_PER_UPDATE)
+
+        def segment_of(carry):
+            state, cursor, acc, n_done, flags, segment = carry
+            state, cursor, acc, n_done, flags = self._segment(
+                state, timeline, cursor, jax.random.fold_in(key, segment), t, acc, n_done, flags)
+            return state, cursor, acc, n_done, flags, segment + 1
+
+        state, cursor, acc, n_done, (filled, restarted), _ = jax.lax.while_loop(
+            going, segment_of, loop)
+        state = state._replace(stalled=n_done < k)
+        occupied = state.slot_client >= 0
+        fills = Starts(state.slot_client, state.slot_version, filled & occupied)
+        rs = acc["restart_slot"]
+        rs_ok = rs < m
+        rs_c = jnp.minimum(rs, m - 1)
+        restarts = Starts(jnp.where(rs_ok, state.slot_client[rs_c], -1),
+                          state.slot_version[rs_c], rs_ok & restarted[rs_c] & occupied[rs_c])
+        done = Completions(acc["client"], acc["version"], acc["valid"])
+        return state, done, (fills, restarts), cursor
+
+    def _segment(self, state, timeline, cursor, key, t, acc, n_done, flags):
+        """Rules 1-3 within the rest of the cursor's slot; at most ``K - n_done`` completions."""
         k_start, k_durations, k_queue, k_events = jax.random.split(key, 4)
+        available = cursor.mask
+        filled, restarted = flags
         num_clients = available.shape[0]
         occupied = state.slot_client >= 0
         client = jnp.where(occupied, state.slot_client, 0)
@@ -125,20 +175,22 @@ class EventClock:
             busy = state.busy.at[jnp.where(lost, client, num_clients)].set(False, mode="drop")
             state = state._replace(slot_client=jnp.where(lost, -1, state.slot_client), busy=busy,
                                    jobs_lost=state.jobs_lost + jnp.sum(lost))
+            filled, restarted = filled & ~lost, restarted & ~lost
 
         # 2. Free slots filled by available idle clients, uniformly.
-        state, phase = jax.lax.cond(
+        state, take = jax.lax.cond(
             jnp.any(state.slot_client < 0) & jnp.any(available & ~state.busy),
             lambda s: self._fill(s, available, k_start, k_durations, t),
-            lambda s: (s, Starts(jnp.full(s.slot_client.shape, -1, jnp.int32),
-                                 jnp.full(s.slot_client.shape, t, jnp.int32),
-                                 jnp.zeros(s.slot_client.shape, bool))),
+            lambda s: (s, jnp.zeros(s.slot_client.shape, bool)),
             state)
+        filled = (filled & ~take) | take
 
-        # 3. Completions in time order, each slot refilled at once. Only the K earliest jobs
-        # in flight and the (at most K) jobs restarted during the step can complete in it, so
-        # the events run over those 2K candidates: O(M + K^2) per step, not O(K M).
+        # 3. Completions in time order until the slot ends, each slot refilled at once. Only
+        # the K earliest jobs in flight and the (at most K) jobs restarted in the segment can
+        # complete in it, so the events run over those 2K candidates: O(M + K^2), not O(K M).
         k = self.events
+        horizon = jnp.maximum(timeline.start_of(cursor.slot + 1) - state.time[0], 0.0)
+        budget = k - n_done
         idle = available & ~state.busy
         _, queue = jax.lax.top_k(_uniform_scores(k_queue, idle), min(k, num_clients))
         queue = jnp.pad(queue, (0, k - queue.shape[0]))
@@ -160,8 +212,7 @@ class EventClock:
                                     jnp.zeros((k,), bool)]),
             busy=state.busy, elapsed=jnp.float32(0), idle_left=jnp.sum(idle),
             queue_used=jnp.int32(0), finished=empty_i, finished_free=jnp.zeros((k,), bool),
-            done_client=empty_i, done_version=jnp.zeros((k,), jnp.int32),
-            done_valid=jnp.zeros((k,), bool),
+            count=jnp.int32(0), acc=acc,
         )
         big = jnp.int32(num_clients)
 
@@ -170,19 +221,25 @@ class EventClock:
             soonest = jnp.min(remaining)
             tied = c["active"] & (remaining == soonest)
             j = jnp.argmin(jnp.where(tied, c["client"], big))  # lower client index first
-            ok = jnp.any(c["active"])
-            dt = jnp.where(ok, jnp.maximum(soonest, 0.0), 0.0)
+            dt = jnp.maximum(soonest, 0.0)
+            ok = jnp.any(c["active"]) & (i < budget) & (c["elapsed"] + dt <= horizon)
+            dt = jnp.where(ok, dt, 0.0)
             who = c["client"][j]
-            c = {**c, "remaining": c["remaining"] - dt, "elapsed": c["elapsed"] + dt}
-            c["active"] = c["active"].at[j].set(False)
-            c["done_client"] = c["done_client"].at[i].set(jnp.where(ok, who, -1))
-            c["done_version"] = c["done_version"].at[i].set(c["version"][j])
-            c["done_valid"] = c["done_valid"].at[i].set(ok)
+            at = jnp.where(ok, n_done + i, k)  # this completion's place in the update
+            c = {**c, "remaining": c["remaining"] - dt, "elapsed": c["elapsed"] + dt,
+                 "count": c["count"] + ok}
+            c["active"] = c["active"].at[j].set(c["active"][j] & ~ok)
+            c["acc"] = {**c["acc"],
+                        "client": c["acc"]["client"].at[at].set(who, mode="drop"),
+                        "version": c["acc"]["version"].at[at].set(c["version"][j], mode="drop"),
+                        "valid": c["acc"]["valid"].at[at].set(True, mode="drop"),
+                        "restart_slot": c["acc"]["restart_slot"].at[at].set(c["slot"][j],
+                                                                            mode="drop")}
             c["busy"] = c["busy"].at[jnp.where(ok, who, big)].set(False, mode="drop")
             c["finished"] = c["finished"].at[i].set(jnp.where(ok, who, -1))
             c["finished_free"] = c["finished_free"].at[i].set(ok)
             # The slot restarts with a client drawn uniformly from the idle available ones:
-            # the queue (idle at the step's start, in random order) or the finished ones.
+            # the queue (idle at the segment's start, in random order) or the finished ones.
             u_pick, u_member, k_dur = jax.random.split(jax.random.fold_in(k_events, i), 3)
             n_free = jnp.sum(c["finished_free"])
             from_queue = jax.random.uniform(u_pick) * (c["idle_left"] + n_free) < c["idle_left"]
@@ -206,25 +263,40 @@ class EventClock:
             return c
 
         c = jax.lax.fori_loop(0, k, event, carry)
-        # 4. Restarts at the instant of the update download its result: version t + 1 (no time
-        # has passed since they started: their remaining time is still their whole duration).
-        restarted = c["client"][k:] >= 0
-        at_update = restarted & (c["remaining"][k:] == c["duration"][k:])
+        n_done = n_done + c["count"]
+        complete = n_done == k
+        # The update happens at the K-th completion; short of it, time moves to the slot's end.
+        rest = jnp.where(complete, 0.0, horizon - c["elapsed"])
+        remaining = c["remaining"][k:] - rest
+        # 4. Jobs started at the instant of this update download its result: version t + 1
+        # (no time has passed since they started: their remaining time is their whole
+        # duration). Those are the restarts of this step's completions and the jobs filled at
+        # the segment's start when the update comes at that same instant.
+        restarting = c["client"][k:] >= 0
+        at_update = complete & restarting & (c["remaining"][k:] == c["duration"][k:])
         versions = jnp.where(at_update, t + 1, t)
         # Each slot holds the job of its last restart; the other slots only lost time.
         slots = c["slot"][k:]
-        later = jnp.triu(jnp.ones((k, k), bool), 1) & restarted[None, :] & (
+        later = jnp.triu(jnp.ones((k, k), bool), 1) & restarting[None, :] & (
             slots[:, None] == slots[None, :])
-        current = restarted & ~jnp.any(later, axis=1)
+        current = restarting & ~jnp.any(later, axis=1)
         target = jnp.where(current, slots, state.slot_client.shape[0])
+        time = jnp.where(complete, add_time(state.time, c["elapsed"]),
+                         jnp.stack([timeline.start_of(cursor.slot + 1), jnp.float32(0)]))
         state = state._replace(
             slot_client=state.slot_client.at[target].set(c["client"][k:], mode="drop"),
-            slot_remaining=(state.slot_remaining - c["elapsed"]).at[target].set(
-                c["remaining"][k:], mode="drop"),
-            slot_version=state.slot_version.at[target].set(versions, mode="drop"),
-            busy=c["busy"], time=add_time(state.time, c["elapsed"]))
-        done = Completions(c["done_client"], c["done_version"], c["done_valid"])
-        return state, done, (phase, Starts(c["client"][k:], versions, current))
+            slot_remaining=(state.slot_remaining - c["elapsed"] - rest).at[target].set(
+                remaining, mode="drop"),
+            slot_version=jnp.where(take & complete & (c["elapsed"] == 0), t + 1,
+                                   state.slot_version).at[target].set(versions, mode="drop"),
+            busy=c["busy"], time=time)
+        filled = filled.at[target].set(False, mode="drop")
+        restarted = restarted.at[target].set(True, mode="drop")
+        # Short of K: the next slot, unless no client will ever be available again.
+        state = state._replace(stalled=~complete & timeline.ended(cursor))
+        cursor = jax.lax.cond(complete, lambda c: c, lambda c: timeline.at(c, c.slot + 1),
+                              cursor)
+        return state, cursor, c["acc"], n_done, (filled, restarted)
 
     def _fill(self, state, available, key, key_durations, t):
         """Rule 2: free slots get available idle clients in uniformly random order."""
@@ -240,8 +312,9 @@ class EventClock:
         state = state._replace(
             slot_client=jnp.where(take, new, state.slot_client),
             slot_remaining=jnp.where(take, durations, state.slot_remaining),
+
             slot_version=jnp.where(take, t, state.slot_version), busy=busy)
-        return state, Starts(jnp.where(take, new, -1), jnp.full((m,), t, jnp.int32), take)
+        return state, take
 
 
 def check_offline(offline: str) -> None:

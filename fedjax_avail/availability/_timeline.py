@@ -1,0 +1,82 @@
+"""Availability on the virtual-time axis: one clock for synchronous and asynchronous algorithms.
+
+Virtual time is divided into slots of a fixed length L (``slot_length``, default 1.0): slot s
+is ``[s L, (s + 1) L)``, and an availability process gives one mask per slot. Whoever owns
+time reads the mask of the slot it is in:
+
+* a synchronous round reads the slot of its start time (without durations round r lasts exactly
+  one slot, so round r reads slot r: every run made before the clock was unified is unchanged);
+* an asynchronous server step moves through the slots its jobs run in
+  (:class:`fedjax_avail.clock.EventClock`), reading each slot as it enters it.
+
+A read may jump several slots at once (:func:`fedjax_avail.availability.skip`: memoryless and
+periodic processes just read the later slot; the Markov chain draws its k-step transition).
+Slot s always uses the availability key of s, so a mask does not depend on who reads it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fedjax_avail import _keys
+from fedjax_avail.availability._process import AvailabilityProcess, ended, skip
+
+_SKIP_STREAM = 0x5C1  # folded into the first skipped slot's key: the skip's own draw
+
+
+class Cursor(NamedTuple):
+    """Where a run stands on the slot axis (one per run, in the scan carry)."""
+
+    state: Any  # the process state, positioned after slot ``slot``
+    slot: jax.Array  # [] int32, the slot ``mask`` belongs to; -1 before the first read
+    mask: jax.Array  # [N] bool, availability in slot ``slot``
+
+
+@dataclasses.dataclass(frozen=True)
+class Timeline:
+    """Reads a process's masks by slot (traced; built inside the compiled round).
+
+    Attributes:
+      process: the availability process.
+      keys: the run's keys (slot s uses ``availability_key(keys, s)``).
+      slot_length: L > 0, virtual time per slot.
+    """
+
+    process: AvailabilityProcess
+    keys: _keys.RunKeys
+    slot_length: float = 1.0
+
+    @staticmethod
+    def start(state: Any, num_clients: int) -> Cursor:
+        """The cursor before the first read, around the process's initial state."""
+        return Cursor(state, jnp.int32(-1), jnp.zeros((num_clients,), bool))
+
+    def slot_of(self, time: jax.Array) -> jax.Array:
+        """``[]`` int32 ``floor(time / L)``: the slot virtual time ``time`` falls in."""
+        return jnp.floor(jnp.asarray(time, jnp.float32) / self.slot_length).astype(jnp.int32)
+
+    def start_of(self, slot: jax.Array) -> jax.Array:
+        """``[]`` float32 virtual time at which ``slot`` begins."""
+        return jnp.asarray(slot, jnp.float32) * self.slot_length
+
+    def at(self, cursor: Cursor, slot: jax.Array) -> Cursor:
+        """The cursor at ``slot`` (>= ``cursor.slot``): the slots in between are skipped in one
+        call; reading the cursor's own slot again returns it unchanged."""
+        def read(c: Cursor) -> Cursor:
+            first = c.slot + 1
+            state = skip(self.process, c.state, first, slot - first,
+                         jax.random.fold_in(_keys.availability_key(self.keys, first),
+                                            _SKIP_STREAM))
+            state, mask = self.process.step(state, slot, _keys.availability_key(self.keys, slot))
+            return Cursor(state, jnp.asarray(slot, jnp.int32), mask)
+
+        return jax.lax.cond(slot > cursor.slot, read, lambda c: c, cursor)
+
+    def ended(self, cursor: Cursor) -> jax.Array:
+        """``[]`` bool: nobody is available in any slot after the cursor's (a trace played once
+        that has run out)."""
+        return ended(self.process, cursor.state, cursor.slot + 1)

@@ -1,0 +1,178 @@
+"""One clock (issue 16): availability by time slot, asynchronous updates only when results
+arrive, every row on the virtual-time axis."""
+
+import math
+
+import jax
+import numpy as np
+import pytest
+from conftest import point_clients, quadratic_task
+from reference.events import simulate_events
+
+import fedjax_avail as fa
+from fedjax_avail import _keys
+from fedjax_avail.availability._timeline import Timeline
+
+AV = fa.availability
+
+
+def _read(process, n, slots, seed=0):
+    """Masks read by a Timeline at ``slots`` (increasing, with jumps)."""
+    keys = _keys.run_keys(seed)
+    timeline = Timeline(process, keys)
+    cursor = timeline.start(process.init(keys.availability_init, n), n)
+    at = jax.jit(timeline.at)
+    masks = []
+    for s in slots:
+        cursor = at(cursor, s)
+        masks.append(np.asarray(cursor.mask))
+    return np.stack(masks)
+
+
+@pytest.mark.parametrize("process", [
+    AV.Periodic(groups=np.arange(12) % 3, period=4),
+    AV.HourOfDay(np.arange(12) * 2 % 24, hours=8, rounds_per_hour=1),
+    AV.diurnal(np.arange(12) % 2, 1, 6),
+    AV.Trace(np.random.default_rng(0).random((40, 12)) < 0.4),
+    AV.Trace(np.random.default_rng(1).random((40, 12)) < 0.4, cyclic=False),
+    AV.Bernoulli(0.3),
+    AV.all_of(AV.Bernoulli(0.7), AV.Periodic(groups=np.arange(12) % 2, period=3)),
+])
+def test_a_jump_of_k_slots_reads_what_k_one_slot_steps_read(process):
+    slots = [0, 1, 5, 6, 13, 29, 30, 47]
+    stepped = AV.sample(process, 12, 48)  # slot by slot, as round r reads slot r
+    np.testing.assert_array_equal(_read(process, 12, slots), stepped[slots])
+    # reading the same slot twice gives the same mask (two rounds inside one slot)
+    np.testing.assert_array_equal(_read(process, 12, [3, 3, 3]), stepped[[3, 3, 3]])
+
+
+def test_markov_k_slot_jump_has_the_k_step_law():
+    # X_{t+k} given X_t by the k-step transition: compare with the float64 matrix power.
+    # z-tests at |z| < 4.5: false-alarm rate ~7e-6 per comparison, 8 comparisons.
+    n = 40_000
+    for p_on, p_off, k in [(0.05, 0.2, 5), (0.7, 0.8, 3), (1e-3, 2e-3, 40), (0.3, 0.1, 17)]:
+        process = AV.Markov(p_on, p_off, initial="on")
+        keys = _keys.run_keys(3)
+        state = process.init(keys.availability_init, n)
+        state = state._replace(on=np.arange(n) % 2 == 0)
+        after = np.asarray(process.skip(state, 0, k, jax.random.PRNGKey(11)).on)
+        P = np.linalg.matrix_power(np.array([[1 - p_on, p_on], [p_off, 1 - p_off]]), k)
+        for start, expected in ((True, P[1, 1]), (False, P[0, 1])):
+            share = after[(np.arange(n) % 2 == 0) == start].mean()
+            z = (share - expected) / math.sqrt(expected * (1 - expected) / (n / 2))
+            assert abs(z) < 4.5, (p_on, p_off, k, start, share, expected)
+        # k = 0 changes nothing
+        same = process.skip(state, 0, 0, jax.random.PRNGKey(11)).on
+        np.testing.assert_array_equal(np.asarray(same), np.asarray(state.on))
+
+
+def _kasync(n=8, offline="late", **kw):
+    return fa.algorithms.KAsyncSGD(
+        clients_per_round=2, batch_size=1, client_lr=0.1, offline=offline, history=None,
+        durations=fa.clock.Constant(1.0, speed=np.linspace(0.5, 1.5, n)), **kw)
+
+
+@pytest.mark.parametrize("offline", ["late", "lost"])
+def test_an_outage_makes_no_update_and_time_jumps_past_it(offline):
+    # Issue 16's case: K = 2, 8 clients, constant durations, every client offline in slots
+    # 50-99. Before the clock was one, 50 updates applied nothing inside the outage and the
+    # first updates after it had staleness 55 and 53.
+    n = 8
+    table = np.ones((400, n), bool)
+    table[50:100] = False
+    result = fa.simulate(quadratic_task(), point_clients(np.arange(float(n))[:, None]),
+                         _kasync(n, offline), AV.Trace(table), rounds=300)
+    m = result.round_metrics
+    time = m["virtual_time"]
+    assert np.all(np.diff(time) >= 0)
+    assert not np.any((time > 50) & (time < 100)), "an update inside the outage"
+    after = int(np.argmax(time >= 100))
+    assert after > 0 and time[after - 1] <= 50 and time[after] >= 100
+    assert np.all(m["num_applied"] == 2)  # every update applies its K contributions
+    # Staleness after the outage is what it was before (the old clock gave 55 and 53): at most
+    # the pre-outage maximum plus the K results the jobs finishing at the return bring at once.
+    before = m["applied_staleness"][after - 40:after].max()
+    assert m["applied_staleness"][after:after + 40].max() <= before + 2
+    assert before < 10
+
+
+@pytest.mark.parametrize("offline", ["lost", "late"])
+def test_the_clock_matches_an_event_driven_reference(offline):
+    n, k, updates = 10, 3, 70
+    rng = np.random.default_rng(4)
+    table = rng.random((400, n)) < 0.6
+    table[20:26] = False  # an outage
+    duration = rng.uniform(0.3, 2.5, n)
+    expected = simulate_events(table, duration, k, updates, offline)
+    alg = fa.algorithms.KAsyncSGD(clients_per_round=k, batch_size=1, client_lr=0.1,
+                                  offline=offline, history=None,
+                                  durations=fa.clock.Constant(1.0, speed=1 / duration))
+    m = fa.simulate(quadratic_task(), point_clients(np.arange(float(n))[:, None]), alg,
+                    AV.Trace(table), rounds=updates).round_metrics
+    np.testing.assert_allclose(m["virtual_time"], [e[0] for e in expected], rtol=1e-5)
+    assert m["applied_clients"].tolist() == [e[1] for e in expected]
+    assert m["applied_staleness"].tolist() == [e[2] for e in expected]
+
+
+def test_a_trace_that_ended_stops_the_run_naming_the_time():
+    n = 6
+    table = np.ones((30, n), bool)
+    with pytest.raises(fa.StalledError, match="virtual time 30") as error:
+        fa.simulate(quadratic_task(), point_clients(np.arange(float(n))[:, None]),
+                    _kasync(n, "lost"), AV.Trace(table, cyclic=False), rounds=200,
+                    eval_every=50)
+    result = error.value.result
+    assert error.value.virtual_time == pytest.approx(30.0)
+    stalled = result.round_metrics["stalled"]
+    assert stalled[error.value.round] and not stalled[:error.value.round].any()
+    # the history up to the end of the chunk it stalled in is kept
+    assert result.history["round"][-1] == (error.value.round // 50 + 1) * 50
+    assert 0 < error.value.round < 200
+
+
+def test_synchronous_rounds_read_the_slot_they_start_in():
+    # Round r of FedAvg with constant durations 2.5 starts at 2.5 r: it reads slot
+    # floor(2.5 r). Row s of the table has (s % 7) + 1 clients on.
+    n, rounds = 8, 12
+    table = np.arange(n)[None, :] < (np.arange(40) % 7 + 1)[:, None]
+    alg = fa.algorithms.FedAvg(clients_per_round=2, local_steps=1, batch_size=1,
+                               durations=fa.clock.Constant(2.5))
+    m = fa.simulate(quadratic_task(), point_clients(np.arange(float(n))[:, None]), alg,
+                    AV.Trace(table), rounds=rounds).round_metrics
+    slots = np.floor(2.5 * np.arange(rounds)).astype(int)
+    assert m["num_available"].tolist() == table[slots].sum(1).tolist()
+    np.testing.assert_allclose(m["virtual_time"], 2.5 * np.arange(1, rounds + 1), rtol=1e-6)
+
+
+def test_every_algorithm_reports_virtual_time():
+    # Without durations a round is one slot of length L: virtual time (r + 1) L.
+    fd = point_clients(np.arange(6.0)[:, None])
+    for alg in (fa.algorithms.FedAvg(clients_per_round=2),
+                fa.algorithms.FedLaAvg(clients_per_round=2),
+                fa.algorithms.MIFA(clients_per_round=2)):
+        result = fa.simulate(quadratic_task(), fd, alg, AV.Bernoulli(0.5), rounds=6,
+                             eval_every=3, slot_length=0.5)
+        np.testing.assert_allclose(result.round_metrics["virtual_time"],
+                                   0.5 * np.arange(1, 7))
+        assert result.history["virtual_time"].tolist() == [0.0, 1.5, 3.0]
+    same = fa.simulate(quadratic_task(), fd, fa.algorithms.FedAvg(clients_per_round=2),
+                       AV.Bernoulli(0.5), rounds=6, slot_length=0.5)
+    base = fa.simulate(quadratic_task(), fd, fa.algorithms.FedAvg(clients_per_round=2),
+                       AV.Bernoulli(0.5), rounds=6)
+    np.testing.assert_array_equal(same.round_metrics["num_selected"],
+                                  base.round_metrics["num_selected"])
+
+
+def test_fedbuff_with_k_m_n_is_fedavg_on_the_same_time_axis():
+    n = 6
+    fd = point_clients(np.arange(float(n))[:, None])
+    kw = dict(local_steps=2, batch_size=1, client_lr=0.1)
+    buff = fa.simulate(quadratic_task(), fd, fa.algorithms.FedBuff(
+        buffer_size=n, concurrency=n, server_lr=1.0 / n, durations=fa.clock.Constant(1.7),
+        **kw), AV.AlwaysOn(), rounds=8)
+    avg = fa.simulate(quadratic_task(), fd, fa.algorithms.FedAvg(
+        clients_per_round=n, durations=fa.clock.Constant(1.7), **kw), AV.AlwaysOn(), rounds=8)
+    np.testing.assert_allclose(buff.round_metrics["virtual_time"],
+                               avg.round_metrics["virtual_time"], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(buff.state.params), np.asarray(avg.state.params),
+                               rtol=1e-5, atol=1e-6)
