@@ -30,7 +30,7 @@ def test_default_run_writes_metrics_config_and_plot(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "fedlaavg" in out and "fedavg" in out
     lines = (tmp_path / "metrics.csv").read_text().splitlines()
-    assert lines[0].startswith("algorithm,round,train_loss")
+    assert lines[0].startswith("algorithm,round,virtual_time,train_loss")
     assert len(lines) == 1 + 3 * 4  # three algorithms, rounds 0, 10, 20, 30
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["rounds"] == 30 and config["experiment"] == "digits-diurnal"
