@@ -18,7 +18,7 @@ class RoundInput(NamedTuple):
     available: jax.Array  # [N] bool, availability in the slot the round starts in
     key: jax.Array  # PRNG key of round r
     reports: jax.Array | None = None  # [N] bool, False: a selected client fails to report
-    # Where the round starts on the slot axis (fa.availability.Timeline and its Cursor), for
+    # Where the round starts on the slot axis (availability._timeline's Timeline and Cursor), for
     # algorithms that move through time within a round (the event clock); None: ``available``
     # holds for the whole round.
     timeline: Any = None

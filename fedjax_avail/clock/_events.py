@@ -3,7 +3,7 @@
 One call of :meth:`EventClock.step` is one server update (the scan step): it advances virtual
 time through the next K job completions (the buffer of FedBuff, the K gradients of K-async
 SGD), reading availability slot by slot on the run's timeline
-(:class:`fedjax_avail.availability.Timeline`). Within the current availability slot, in order:
+(``fedjax_avail.availability._timeline.Timeline``). Within the current availability slot, in order:
 
 1. **Offline clients.** A job whose client is unavailable in the slot is ``"lost"`` (cancelled,
    its slot freed; counted in ``jobs_lost``) or, with ``offline="late"``, it cannot complete
@@ -183,7 +183,7 @@ class EventClock:
             lambda s: self._fill(s, available, k_start, k_durations, t),
             lambda s: (s, jnp.zeros(s.slot_client.shape, bool)),
             state)
-        filled = (filled & ~take) | take
+        filled = filled | take
 
         # 3. Completions in time order until the slot ends, each slot refilled at once. Only
         # the K earliest jobs in flight and the (at most K) jobs restarted in the segment can
