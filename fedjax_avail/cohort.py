@@ -126,6 +126,14 @@ def check_mesh(mesh: Any, num_clients: int) -> None:
     if not {CLIENTS, COHORT} & set(names):
         raise ValueError(f"mesh must have a {CLIENTS!r} axis (split the client arrays) or a "
                          f"{COHORT!r} axis (split each round's cohort), got axes {names}")
+    explicit = [name for name, kind in zip(names, getattr(mesh, "axis_types", ()), strict=False)
+                 if "Explicit" in str(kind)]
+    if explicit:
+        raise ValueError(
+            f"mesh axes {explicit} are Explicit (jax.make_mesh's default): the engine places "
+            "arrays with shardings and needs Auto axes; build the mesh with "
+            "jax.sharding.Mesh(devices, names) or jax.make_mesh(shape, names, "
+            "axis_types=(jax.sharding.AxisType.Auto,) * len(names))")
     if CLIENTS in names and num_clients % mesh.shape[CLIENTS]:
         raise ValueError(f"num_clients={num_clients} must be a multiple of the mesh's "
                          f"{CLIENTS!r} axis size {mesh.shape[CLIENTS]} to shard the client axis")

@@ -246,3 +246,19 @@ def test_command_line_errors_are_one_clear_line(argv, fragments, capsys, tmp_pat
     assert err.startswith("fedjax-avail: error: ") and "Traceback" not in err
     for fragment in fragments:
         assert re.search(re.escape(fragment), err), (fragment, err)
+
+
+def test_a_mesh_with_explicit_axes_is_refused_before_compiling():
+    # jax.make_mesh's default axis type is Explicit, under which the engine's placement fails
+    # deep inside the first compiled round; it is refused by name with the fix.
+    import jax
+
+    fd = fa.testing.point_clients(np.arange(4.0)[:, None])
+    explicit = jax.make_mesh((1,), ("clients",),
+                             axis_types=(jax.sharding.AxisType.Explicit,))
+    with pytest.raises(ValueError, match=r"Explicit .*jax.sharding.Mesh\(devices, names\)"):
+        fa.simulate(fa.testing.quadratic_task(), fd, fa.algorithms.FedAvg(clients_per_round=2),
+                    fa.availability.AlwaysOn(), rounds=2, mesh=explicit)
+    auto = jax.make_mesh((1,), ("clients",), axis_types=(jax.sharding.AxisType.Auto,))
+    fa.simulate(fa.testing.quadratic_task(), fd, fa.algorithms.FedAvg(clients_per_round=2),
+                fa.availability.AlwaysOn(), rounds=2, mesh=auto)
