@@ -49,11 +49,13 @@ from fedjax_avail.callbacks import (
     Run,
     StallGuard,
     StopOnCtrlC,
+    TimeBudget,
 )
 from fedjax_avail.callbacks._callback import dispatch, run_end
 from fedjax_avail.checkpoint import KEEP, run_settings
 from fedjax_avail.data import FederatedData
 from fedjax_avail.evaluation import RunEvaluation
+from fedjax_avail.history import IN_BUDGET
 from fedjax_avail.local import Problem
 from fedjax_avail.results import DivergenceError, Interrupted, Result
 from fedjax_avail.tasks import Task
@@ -183,7 +185,7 @@ def _initial_carry(task: Task, num_clients: int, runs: Runs) -> tuple[Any, Any]:
         keys = _keys.run_keys(seed)
         params = task.init(keys.params)
         cursor = Timeline.start(process.init(keys.availability_init, num_clients), num_clients)
-        return (alg.init(params, num_clients), cursor, jnp.int32(_HEALTHY)), keys
+        return (alg.init(params, num_clients), cursor, jnp.int32(_HEALTHY), jnp.float32(0)), keys
 
     built = [one(*run) for run in zip(runs.seeds, runs.algorithms, runs.processes, strict=True)]
     if not runs.several:
@@ -227,13 +229,13 @@ class RoundChunks:
 
     def __init__(self, task: Task, runs: Runs, client_chunk: int | None, keys: Any,
                  hyper: dict[str, jax.Array], mesh: Mesh | None, placement: Placement,
-                 slot_length: float = 1.0):
+                 slot_length: float = 1.0, max_virtual_time: float | None = None):
         algorithm, availability = runs.algorithms[0], runs.processes[0]  # the code; values vary
 
         moves_time = getattr(algorithm, "moves_time", False)
 
         def one_round(carry, r, keys, data, hyper):
-            alg_state, cursor, health = carry
+            alg_state, cursor, health, now = carry
             alg = runs_lib.bind(algorithm, hyper)  # this run's hyperparameter values
             timeline = Timeline(availability, keys, slot_length)
             start = getattr(alg, "virtual_time", lambda state: None)(alg_state)
@@ -246,9 +248,17 @@ class RoundChunks:
             (alg_state, metrics), cursor = (out[:2], out[2]) if moves_time else (out, cursor)
             if "virtual_time" not in metrics:  # one slot a round
                 metrics["virtual_time"] = (r + 1).astype(jnp.float32) * jnp.float32(slot_length)
+            metrics = {"num_available": jnp.sum(mask), **metrics}
+            if max_virtual_time is not None:  # past the budget a round changes nothing
+                ran = now < max_virtual_time
+                alg_state, cursor = jax.tree.map(lambda new, old: jnp.where(ran, new, old),
+                                                 (alg_state, cursor), carry[:2])
+                metrics = {k: jnp.where(ran, v, now if k == "virtual_time" else
+                                        jnp.zeros_like(v)) for k, v in metrics.items()}
+                metrics[IN_BUDGET] = ran
             bad = ~_finite(alg_state)
             health = jnp.where((health == _HEALTHY) & bad, r, health)
-            return (alg_state, cursor, health), {"num_available": jnp.sum(mask), **metrics}
+            return (alg_state, cursor, health, metrics["virtual_time"]), metrics
 
         step = (cohort_lib.map_runs(one_round, in_axes=(0, None, 0, None, 0)) if runs.several
                 else one_round)
@@ -372,6 +382,7 @@ def simulate(
     callbacks: Sequence[Callback] = (),
     checkpoint_keep: Count = KEEP,
     slot_length: Positive = 1.0,
+    max_virtual_time: Positive | None = None,
 ) -> Result | list[Result]:
     """Runs ``rounds`` rounds of ``algorithm`` under ``availability``; round r uses mask r.
 
@@ -429,6 +440,11 @@ def simulate(
         ``[s L, (s + 1) L)``; :mod:`fedjax_avail.availability._timeline`). A synchronous round
         without durations lasts one slot; with durations it reads the slot of its start time;
         an asynchronous update moves through the slots its jobs run in.
+      max_virtual_time: also stop once virtual time reaches this budget: the round (server
+        update) in progress at the budget is the last one, and the run ends with
+        ``Result.stopped`` naming the budget (``rounds`` still caps it). Each run of a runs axis
+        stops at its own budget; its ``round_metrics`` and ``history`` end with its last round
+        (the call returns when every run is done). None: rounds only.
 
     Returns:
       a :class:`Result` (a list of them for a list of seeds). ``history`` holds ``train_loss``
@@ -474,6 +490,7 @@ def simulate(
             data=(data.arrays, data.counts), test_data=test_arrays,
             train_eval_examples=train_eval_examples, eval_batch_size=eval_batch_size,
             client_chunk=client_chunk, mesh=_mesh_layout(mesh), slot_length=slot_length,
+            max_virtual_time=max_virtual_time,
             model=jax.eval_shape(lambda params: params, carry[0].params), **_environment()),
             every=checkpoint_every or eval_every, keep=checkpoint_keep)
     carry, placement = _place(carry, data, mesh, runs.several)
@@ -484,10 +501,13 @@ def simulate(
     restored = checkpointing.restore(run) if checkpointing else False
     evaluation = RunEvaluation(task, placement.data, test_arrays, test_data, eval_batch_size,
                                train_eval_examples, runs.several)
-    chunks = RoundChunks(task, runs, client_chunk, keys, hyper, mesh, placement, slot_length)
+    chunks = RoundChunks(task, runs, client_chunk, keys, hyper, mesh, placement, slot_length,
+                         max_virtual_time)
     every = (eval_every,) + ((checkpointing.every,) if checkpointing else ())
     hooks = [StopOnCtrlC(checkpointing.directory if checkpointing else None), held,
-             ProgressDisplay(progress), *callbacks, DivergenceGuard(), StallGuard(slot_length),
+             ProgressDisplay(progress, max_virtual_time), *callbacks, DivergenceGuard(),
+             StallGuard(slot_length),
+             *([TimeBudget(max_virtual_time)] if max_virtual_time is not None else []),
              *([checkpointing] if checkpointing else [])]
     try:
         dispatch(hooks, "on_run_start", run)

@@ -44,3 +44,32 @@ def test_async_comparison_smoke(tmp_path, mnist):
     assert outcome.histories["fedasync"]["round"][-1] == 4 * 5  # K times as many updates
     assert outcome.histories["fedavg"]["virtual_time"][-1] > 0
     assert (tmp_path / "curves_virtual_time.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_time_to_accuracy_is_the_first_evaluation_at_the_target():
+    from fedjax_avail.experiments._time_to_accuracy import time_to_accuracy
+
+    history = History([{"round": r, "virtual_time": 2.5 * r, "test_accuracy": a}
+                       for r, a in enumerate([0.1, 0.84, 0.86, 0.83, 0.91, 0.95])])
+    got = time_to_accuracy(history)
+    assert (got["time_to_85"], got["round_to_85"]) == (5.0, 2.0)
+    assert (got["time_to_90"], got["round_to_90"]) == (10.0, 4.0)
+    assert np.isnan(time_to_accuracy(history, (0.99,))["time_to_99"])
+
+
+@pytest.mark.slow
+def test_time_to_accuracy_experiment_smoke(tmp_path, mnist):
+    del mnist
+    small = dict(num_clients=40, clients_per_round=4, concurrency=8, local_steps=2, E=5,
+                 max_virtual_time=12.0, eval_every=2, async_eval_every=10,
+                 data_dir=str(MNIST_DIR))
+    outcome = experiments.run(experiments.get("time-to-accuracy-mnist"), small, tmp_path,
+                              progress=False)
+    assert [r["algorithm"] for r in outcome.summary] == ["fedavg", "fedlaavg", "divfl",
+                                                          "fedbuff", "wkafl"]
+    for name, history in outcome.histories.items():
+        times = history["virtual_time"]
+        assert times[-1] >= 12.0 and (times[:-1] < 12.0).all(), name  # stopped at the budget
+    rows = json.loads((tmp_path / "summary.json").read_text())
+    assert {"time_to_85", "time_to_90", "round_to_85"} <= set(rows[0])
+    assert (tmp_path / "curves_virtual_time.png").read_bytes()[:4] == b"\x89PNG"

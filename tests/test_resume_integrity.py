@@ -85,12 +85,13 @@ def saved(tmp_path_factory):
 
 
 def _abstract(result):
-    """The scan carry's shapes: (algorithm state, availability cursor, health flag)."""
+    """The scan carry's shapes: (algorithm state, availability cursor, health flag, virtual
+    time)."""
     state = jax.eval_shape(lambda: result.state)
     process = fa.availability.Markov(0.2, 0.3)
     avail = jax.eval_shape(lambda: Timeline.start(
         process.init(jax.random.key(0), 30), 30))
-    return state, avail, jax.ShapeDtypeStruct((), np.int32)
+    return state, avail, jax.ShapeDtypeStruct((), np.int32), jax.ShapeDtypeStruct((), np.float32)
 
 
 def _equal(a, b):
@@ -189,6 +190,7 @@ CHANGES = {
     "client_chunk": lambda s: {"client_chunk": 2},
     "mesh": lambda s: {"mesh": jax.sharding.Mesh(np.array(jax.devices()[:1]), ("clients",))},
     "slot_length": lambda s: {"slot_length": 0.5},
+    "max_virtual_time": lambda s: {"max_virtual_time": 50.0},
 }
 ENVIRONMENT = {
     "jax_version": "0.0.1",

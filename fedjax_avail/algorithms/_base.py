@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Protocol
 
 import jax
+import jax.numpy as jnp
 
+from fedjax_avail import clock as clock_lib
 from fedjax_avail.local import Problem
 
 Metrics = dict[str, jax.Array]
@@ -49,6 +51,61 @@ class Algorithm(Protocol):
     def init(self, params: Any, num_clients: int) -> Any: ...
 
     def round(self, state: Any, inputs: RoundInput, problem: Problem) -> tuple[Any, Metrics]: ...
+
+
+def next_slot_start(inputs: RoundInput, time: jax.Array) -> jax.Array:
+    """``[]`` virtual time at which the slot after the round's begins (slot length 1 when the
+    round runs outside the engine, without a timeline)."""
+    if inputs.timeline is None:
+        return jnp.floor(time) + 1.0
+    return inputs.timeline.start_of(inputs.cursor.slot + 1)
+
+
+def round_clock(durations: Any, deadline: float | None, over_selection: float
+                ) -> clock_lib.RoundClock | None:
+    """The synchronous round clock of an algorithm's ``durations``, ``deadline`` and
+    ``over_selection`` fields (None without durations); refuses the last two without the first,
+    naming them."""
+    if durations is None:
+        for name, value, unset in (("deadline", deadline, None),
+                                   ("over_selection", over_selection, 1.0)):
+            if value != unset:
+                raise ValueError(f"{name}={value!r} needs a duration model: pass durations="
+                                 "fa.clock.Constant/Exponential/LogNormal(...)")
+        return None
+    return clock_lib.RoundClock(durations, deadline, over_selection)
+
+
+def timed_cohort(clock: clock_lib.RoundClock | None, state: Any, inputs: RoundInput,
+                 key: jax.Array, cohort: jax.Array, valid: jax.Array, keep: int
+                 ) -> tuple[Any, jax.Array, jax.Array, Metrics]:
+    """The cohort that counts after the round clock (:mod:`fedjax_avail.clock._rounds`) and
+    the clock after the round: ``(clock_state, cohort [keep], valid [keep], metrics)``; without a
+    clock, everything unchanged. ``metrics`` adds ``virtual_time`` and, with a deadline or
+    over-selection, ``num_late``."""
+    if clock is None:
+        return state, cohort, valid, {}
+    state, timed = clock.step(state, key, cohort, valid, keep,
+                              next_slot_start(inputs, state.time[0]))
+    metrics = {"virtual_time": state.time[0]}
+    if clock.deadline is not None or clock.over_selection > 1:
+        metrics["num_late"] = timed.late
+    return state, timed.cohort, timed.valid, metrics
+
+
+def check_over_selection(clock: clock_lib.RoundClock | None, clients_per_round: int,
+                         num_clients: int) -> None:
+    """Refuses an over-selection that selects more than N clients (and checks the speeds)."""
+    if clock is None:
+        return
+    clock.durations.speeds(num_clients)
+    selected = clock.selected(clients_per_round)
+    if selected > num_clients:
+        raise ValueError(
+            f"over_selection={clock.over_selection!r} selects ceil({clock.over_selection!r} * "
+            f"clients_per_round={clients_per_round}) = {selected} clients, more than "
+            f"num_clients={num_clients}; over_selection must be in [1, "
+            f"{num_clients / clients_per_round:g}]")
 
 
 def check_cohort_fits(clients_per_round: int, num_clients: int) -> None:

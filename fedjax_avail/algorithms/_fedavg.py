@@ -13,16 +13,18 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from fedjax_avail import clock as clock_lib
 from fedjax_avail import cohort as cohort_lib
 from fedjax_avail import selection as selection_lib
 from fedjax_avail import server
-from fedjax_avail._checks import Count, NonNegative, Positive, check_fields
+from fedjax_avail._checks import Annotated, Count, NonNegative, Positive, Range, check_fields
 from fedjax_avail.algorithms._base import (
     Metrics,
     RoundInput,
     check_cohort_fits,
+    check_over_selection,
     reported,
+    round_clock,
+    timed_cohort,
 )
 from fedjax_avail.local import Problem, local_sgd
 
@@ -59,7 +61,11 @@ class FedAvg:
         ``LeastRecent()``).
       durations: optional job-duration model (``fa.clock.Constant``, ``Exponential``,
         ``LogNormal``): each round then lasts as long as its slowest participant's job, recorded
-        as ``virtual_time`` (the time axis the asynchronous algorithms share).
+        as ``virtual_time`` (the time axis the asynchronous algorithms share), and reads the
+        availability of the slot it starts in (:mod:`fedjax_avail.clock._rounds`).
+      deadline: with durations, the longest a round waits (> 0); later clients are dropped.
+      over_selection: with durations, f >= 1: select ``ceil(f K)`` clients and keep the first K
+        to finish (1.3 is production FL's 130%).
 
     Example:
       >>> alg = FedAvg(clients_per_round=10, local_steps=10, batch_size=5, client_lr=0.01)
@@ -75,6 +81,8 @@ class FedAvg:
     server_optimizer: str = "sgd"
     durations: Any = None
     selection: Any = dataclasses.field(default_factory=selection_lib.Uniform)
+    deadline: Annotated[float | None, Range(0, low_open=True)] = None
+    over_selection: Annotated[float, Range(1)] = 1.0
 
     def __post_init__(self):
         check_fields(self)
@@ -82,23 +90,25 @@ class FedAvg:
             raise ValueError(f"weighting must be 'uniform' or 'data_size', got {self.weighting!r}")
         self._optimizer()  # validates server_optimizer
         selection_lib.check_selection(self.selection)
-        if self.durations is not None and not isinstance(
-                self.durations, (clock_lib.Constant, clock_lib.Exponential, clock_lib.LogNormal)):
-            raise TypeError(f"durations must be None or fa.clock.Constant, Exponential or "
-                            f"LogNormal, got {type(self.durations).__name__}")
+        self._clock()  # validates durations, deadline and over_selection
+
+    def _clock(self):
+        return round_clock(self.durations, self.deadline, self.over_selection)
 
     def _optimizer(self):
         return server.server_optimizer(self.server_optimizer, self.server_lr)
 
     def validate(self, num_clients: int) -> None:
         check_cohort_fits(self.clients_per_round, num_clients)
-        selection_lib.check_selection(self.selection, self.clients_per_round, num_clients)
-        if self.durations is not None:
-            self.durations.speeds(num_clients)
+        check_over_selection(self._clock(), self.clients_per_round, num_clients)
+        selection_lib.check_selection(self.selection, self._selected(), num_clients)
+
+    def _selected(self) -> int:
+        clock = self._clock()
+        return self.clients_per_round if clock is None else clock.selected(self.clients_per_round)
 
     def init(self, params: Any, num_clients: int) -> FedAvgState:
-        clock = None if self.durations is None else clock_lib.RoundClock(
-            self.durations).init(num_clients)
+        clock = None if self.durations is None else self._clock().init(num_clients)
         return FedAvgState(params=params, opt_state=self._optimizer().init(params),
                            selection=self.selection.init(params, num_clients), clock=clock)
 
@@ -119,7 +129,10 @@ class FedAvg:
         context = selection_lib.SelectionContext(select_key, inputs.available, inputs.round,
                                                  state.params, problem)
         chosen, cohort, valid = self.selection.select(state.selection, context,
-                                                      self.clients_per_round)
+                                                      self._selected())
+        clock, cohort, valid, timing = timed_cohort(
+            self._clock(), state.clock, inputs, jax.random.fold_in(select_key, 1), cohort, valid,
+            self.clients_per_round)
         valid = reported(inputs, cohort, valid)
         deltas = local_sgd(
             problem,
@@ -138,12 +151,7 @@ class FedAvg:
             self._optimizer(), state.params, state.opt_state, delta
         )
         chosen = self.selection.update(chosen, context, cohort, valid)
-        metrics = {"num_selected": jnp.sum(valid)}
-        clock = state.clock
-        if self.durations is not None:
-            clock = clock_lib.RoundClock(self.durations).step(
-                clock, jax.random.fold_in(select_key, 1), cohort, valid)
-            metrics["virtual_time"] = clock.time[0]
+        metrics = {"num_selected": jnp.sum(valid), **timing}
         return FedAvgState(params, opt_state, chosen, clock), metrics
 
 

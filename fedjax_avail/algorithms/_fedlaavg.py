@@ -11,12 +11,15 @@ import jax.numpy as jnp
 from fedjax_avail import cohort as cohort_lib
 from fedjax_avail import selection as selection_lib
 from fedjax_avail import server
-from fedjax_avail._checks import Count, Positive, check_fields
+from fedjax_avail._checks import Annotated, Count, Positive, Range, check_fields
 from fedjax_avail.algorithms._base import (
     Metrics,
     RoundInput,
     check_cohort_fits,
+    check_over_selection,
     reported,
+    round_clock,
+    timed_cohort,
 )
 from fedjax_avail.local import Problem, flat_size, local_sgd
 
@@ -29,6 +32,7 @@ class FedLaAvgState(NamedTuple):
     last_round: jax.Array  # [N] int32, R_i: round of last participation, -1 if never
     selection: Any = ()  # the selection strategy's state (LeastRecent: the same stamps)
     latest_scale: Any = None  # [N] float32 row scales of an int8 table (None otherwise)
+    clock: Any = None  # RoundClockState (speeds [N], virtual time) when durations are given
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +65,10 @@ class FedLaAvg:
         ``"bfloat16"`` (half the memory) or ``"int8"`` with a float32 scale per row (a quarter);
         the running mean ``u^r`` stays float32 and equal to the mean of the stored rows
         (:func:`fedjax_avail.cohort.scatter_keep_mean`).
+      durations, deadline, over_selection: optional round timing, as FedAvg's
+        (:mod:`fedjax_avail.clock._rounds`): a round lasts as long as its slowest participant
+        (or the deadline), and reads the availability of the slot it starts in. The paper's
+        rounds take no time (None).
 
     Example:
       >>> alg = FedLaAvg(clients_per_round=100, local_steps=10, batch_size=5, client_lr=0.01)
@@ -77,18 +85,35 @@ class FedLaAvg:
     server_lr: Positive = 1.0
     selection: Any = dataclasses.field(default_factory=selection_lib.LeastRecent)
     table_dtype: str = "float32"
+    durations: Any = None
+    deadline: Annotated[float | None, Range(0, low_open=True)] = None
+    over_selection: Annotated[float, Range(1)] = 1.0
 
     def __post_init__(self):
         check_fields(self)
         selection_lib.check_selection(self.selection)
         cohort_lib.check_table_dtype(self.table_dtype)
+        self._clock()  # validates durations, deadline and over_selection
+
+    def _clock(self):
+        return round_clock(self.durations, self.deadline, self.over_selection)
+
+    def _selected(self) -> int:
+        clock = self._clock()
+        return self.clients_per_round if clock is None else clock.selected(self.clients_per_round)
+
+    def virtual_time(self, state: FedLaAvgState) -> jax.Array | None:
+        """``[]`` the time the rounds so far took (durations given), else None (one slot a
+        round)."""
+        return None if state.clock is None else state.clock.time[0]
 
     def _optimizer(self):
         return server.server_optimizer("sgd", self.server_lr)
 
     def validate(self, num_clients: int) -> None:
         check_cohort_fits(self.clients_per_round, num_clients)
-        selection_lib.check_selection(self.selection, self.clients_per_round, num_clients)
+        check_over_selection(self._clock(), self.clients_per_round, num_clients)
+        selection_lib.check_selection(self.selection, self._selected(), num_clients)
 
     def prepare(self, state: FedLaAvgState, problem: Problem) -> FedLaAvgState:
         """Before round 0: the selection's preparation (DivFL: every client's gradient)."""
@@ -106,6 +131,7 @@ class FedLaAvg:
             last_round=jnp.full((num_clients,), -1, jnp.int32),
             selection=self.selection.init(params, num_clients),
             latest_scale=None if self.table_dtype == "float32" else scale,
+            clock=None if self.durations is None else self._clock().init(num_clients),
         )
 
     def round(
@@ -115,7 +141,10 @@ class FedLaAvg:
         context = selection_lib.SelectionContext(select_key, inputs.available, inputs.round,
                                                  state.params, problem)
         chosen, cohort, valid = self.selection.select(state.selection, context,
-                                                      self.clients_per_round)  # L6
+                                                      self._selected())  # L6
+        clock, cohort, valid, timing = timed_cohort(
+            self._clock(), state.clock, inputs, jax.random.fold_in(select_key, 1), cohort, valid,
+            self.clients_per_round)
         valid = reported(inputs, cohort, valid)
         last_round = cohort_lib.scatter(
             state.last_round, cohort, jnp.full(cohort.shape, inputs.round, jnp.int32), valid
@@ -145,5 +174,5 @@ class FedLaAvg:
         staleness = jnp.max(inputs.round - last_round)
         chosen = self.selection.update(chosen, context, cohort, valid)
         new_state = FedLaAvgState(params, opt_state, latest, mean_update, last_round, chosen,
-                                  scale)
-        return new_state, {"num_selected": jnp.sum(valid), "max_staleness": staleness}
+                                  scale, clock)
+        return new_state, {"num_selected": jnp.sum(valid), "max_staleness": staleness, **timing}

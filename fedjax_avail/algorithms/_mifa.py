@@ -27,12 +27,15 @@ import jax.numpy as jnp
 
 from fedjax_avail import cohort as cohort_lib
 from fedjax_avail import selection, server
-from fedjax_avail._checks import Count, Positive, check_fields
+from fedjax_avail._checks import Annotated, Count, Positive, Range, check_fields
 from fedjax_avail.algorithms._base import (
     Metrics,
     RoundInput,
     check_cohort_fits,
+    check_over_selection,
     reported,
+    round_clock,
+    timed_cohort,
 )
 from fedjax_avail.local import Problem, flat_size, local_sgd
 
@@ -47,6 +50,7 @@ class MIFAState(NamedTuple):
     seen: jax.Array  # [N] bool: "authors_code": available once so far; else: has a row
     step: jax.Array  # [] int32, server steps taken so far (t of lr_t)
     table_scale: Any = None  # [N] float32 row scales of an int8 table (None otherwise)
+    clock: Any = None  # RoundClockState (speeds [N], virtual time) when durations are given
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +84,8 @@ class MIFA:
       lr_decay: ``lr_t = lr_0 / (t + 1)`` as in the authors' code; False keeps lr_0.
       start: one of ``"after_all_seen"``, ``"immediately"``, ``"authors_code"``.
       table_dtype: ``"float32"``, ``"bfloat16"`` or ``"int8"`` (as FedLaAvg's).
+      durations, deadline, over_selection: optional round timing, as FedAvg's
+        (:mod:`fedjax_avail.clock._rounds`); not with ``start="authors_code"``.
 
     References:
       Gu, Huang, Zhang, Su, Yang, Lin. "Fast Federated Learning in the Presence of Arbitrary Device
@@ -94,6 +100,9 @@ class MIFA:
     lr_decay: bool = True
     start: str = "after_all_seen"
     table_dtype: str = "float32"
+    durations: Any = None
+    deadline: Annotated[float | None, Range(0, low_open=True)] = None
+    over_selection: Annotated[float, Range(1)] = 1.0
 
     def __post_init__(self):
         check_fields(self)
@@ -103,9 +112,21 @@ class MIFA:
         if self.start == "authors_code" and self.table_dtype != "float32":
             raise ValueError("table_dtype must be 'float32' with start='authors_code' (its fill "
                              "round writes the whole table)")
+        if self._clock() is not None and self.start == "authors_code":
+            raise ValueError("durations must be None with start='authors_code' (its fill round "
+                             "trains all N clients, available or not, in no defined time)")
+
+    def _clock(self):
+        return round_clock(self.durations, self.deadline, self.over_selection)
 
     def validate(self, num_clients: int) -> None:
         check_cohort_fits(self.clients_per_round, num_clients)
+        check_over_selection(self._clock(), self.clients_per_round, num_clients)
+
+    def virtual_time(self, state: MIFAState) -> jax.Array | None:
+        """``[]`` the time the rounds so far took (durations given), else None (one slot a
+        round)."""
+        return None if state.clock is None else state.clock.time[0]
 
     def cohort_size(self, num_clients: int) -> int:
         """Clients trained at once: all N in the authors' fill round, else K."""
@@ -122,6 +143,7 @@ class MIFA:
             seen=jnp.zeros((num_clients,), bool),
             step=jnp.int32(0),
             table_scale=None if self.table_dtype == "float32" else scale,
+            clock=None if self.durations is None else self._clock().init(num_clients),
         )
 
     def _lr(self, step: jax.Array) -> jax.Array:
@@ -135,10 +157,11 @@ class MIFA:
     def round(
         self, state: MIFAState, inputs: RoundInput, problem: Problem
     ) -> tuple[MIFAState, Metrics]:
-        key = jax.random.split(inputs.key)[1]  # the batch key FedAvg and FedLaAvg use too
+        clock_key, key = jax.random.split(inputs.key)  # the keys FedAvg and FedLaAvg use too
         if self.start == "authors_code":
             return self._authors_round(state, inputs, problem, key)
-        state, selected, valid_rows = self._refresh(state, inputs, problem, key)
+        state, selected, valid_rows, timing = self._refresh(
+            state, inputs, problem, key, jax.random.fold_in(clock_key, 1))
         seen = state.seen | valid_rows
         started = jnp.bool_(True) if self.start == "immediately" else jnp.all(seen)
         lr = self._lr(state.step)
@@ -146,14 +169,17 @@ class MIFA:
         params = jax.tree.map(lambda new, old: jnp.where(started, new, old), moved, state.params)
         state = state._replace(params=params, seen=seen,
                                step=state.step + started.astype(jnp.int32))
-        return state, {"num_selected": selected}
+        return state, {"num_selected": selected, **timing}
 
-    def _refresh(self, state, inputs, problem, key):
+    def _refresh(self, state, inputs, problem, key, clock_key=None):
         """The cohort (<= K available, least recently updated first) refreshes its rows."""
         lr = self._lr(state.step)
+        clock = self._clock()
         cohort, valid = selection.least_recent(
-            state.last_round, inputs.available, self.clients_per_round
-        )
+            state.last_round, inputs.available,
+            self.clients_per_round if clock is None else clock.selected(self.clients_per_round))
+        clock_state, cohort, valid, timing = timed_cohort(
+            clock, state.clock, inputs, clock_key, cohort, valid, self.clients_per_round)
         valid = reported(inputs, cohort, valid)
         grads = self._train(problem, state, cohort, key, lr)
         scale = state.table_scale
@@ -170,8 +196,8 @@ class MIFA:
         )
         rows = jnp.zeros_like(state.seen).at[cohort].set(valid)
         state = state._replace(table=table, table_mean=table_mean, last_round=last_round,
-                               table_scale=scale)
-        return state, jnp.sum(valid).astype(jnp.int32), rows
+                               table_scale=scale, clock=clock_state)
+        return state, jnp.sum(valid).astype(jnp.int32), rows, timing
 
     def _authors_round(self, state, inputs, problem, key):
         """``fdu.py``: wait for every client, fill the table with all N, then train."""
@@ -190,7 +216,7 @@ class MIFA:
 
         def train(state):
             lr = self._lr(state.step)
-            state, selected, _ = self._refresh(state, inputs, problem, key)
+            state, selected, _, _ = self._refresh(state, inputs, problem, key)
             params = server.add_delta(state.params, self.server_lr * lr * state.table_mean)
             return state._replace(params=params, seen=seen, step=state.step + 1), selected
 

@@ -56,8 +56,13 @@ class Timeline:
         return Cursor(state, jnp.int32(-1), jnp.zeros((num_clients,), bool))
 
     def slot_of(self, time: jax.Array) -> jax.Array:
-        """``[]`` int32 ``floor(time / L)``: the slot virtual time ``time`` falls in."""
-        return jnp.floor(jnp.asarray(time, jnp.float32) / self.slot_length).astype(jnp.int32)
+        """``[]`` int32 ``floor(time / L)``: the slot virtual time ``time`` falls in, exactly
+        consistent with :meth:`start_of` (``start_of(s) <= time < start_of(s + 1)``, which
+        float32 division alone does not guarantee when L is not a power of two)."""
+        time = jnp.asarray(time, jnp.float32)
+        slot = jnp.floor(time / self.slot_length).astype(jnp.int32)
+        slot = jnp.where(self.start_of(slot) > time, slot - 1, slot)
+        return jnp.where(self.start_of(slot + 1) <= time, slot + 1, slot)
 
     def start_of(self, slot: jax.Array) -> jax.Array:
         """``[]`` float32 virtual time at which ``slot`` begins."""

@@ -5,10 +5,11 @@ after each chunk of rounds and at run end (:mod:`fedjax_avail.callbacks._callbac
 engine's own concerns are callbacks of this package too, in this order: Ctrl-C
 (:class:`StopOnCtrlC`), memory measurement (:class:`MeasureHeld`), the progress display
 (:class:`ProgressDisplay`), then yours, then the divergence guard (:class:`DivergenceGuard`),
-the stall guard of asynchronous runs (:class:`StallGuard`) and checkpointing
-(:class:`Checkpointing`).
+the stall guard of asynchronous runs (:class:`StallGuard`), the virtual-time budget
+(:class:`TimeBudget`) and checkpointing (:class:`Checkpointing`).
 """
 
+from fedjax_avail.callbacks._budget import TimeBudget
 from fedjax_avail.callbacks._callback import Callback, Run
 from fedjax_avail.callbacks._checkpointing import Checkpointing
 from fedjax_avail.callbacks._divergence import DivergenceGuard
@@ -29,4 +30,5 @@ __all__ = [
     "StallGuard",
     "StopOnCtrlC",
     "TensorBoard",
+    "TimeBudget",
 ]

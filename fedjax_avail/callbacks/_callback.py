@@ -29,7 +29,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from fedjax_avail.history import History
+from fedjax_avail.history import IN_BUDGET, History, within_budget
 from fedjax_avail.results import Result
 
 
@@ -73,9 +73,10 @@ class Run:
       desc: the run's label (progress display).
       done: rounds completed so far.
       started_at: rounds done when this call began (> 0: resumed from a checkpoint).
-      carry: the scan carry ``(algorithm state, availability state, health)``, each leaf with a
-        leading ``[S]`` axis when ``several``. Its buffers are donated to the next chunk (updated
-        in place): to keep a value (e.g. the best model), copy it (``jax.device_get``).
+      carry: the scan carry ``(algorithm state, availability cursor, health, virtual time)``,
+        each leaf with a leading ``[S]`` axis when ``several``. Its buffers are donated to the
+        next chunk (updated in place): to keep a value (e.g. the best model), copy it
+        (``jax.device_get``).
       histories: one :class:`History` per run.
       chunks: the per-round metrics of each chunk run so far (host arrays, each ``[length]``,
         ``[length, S]`` with several runs).
@@ -155,6 +156,8 @@ class Run:
                                                    strict=True)):
             state = (jax.tree.map(lambda a, i=i: a[i], self.carry[0]) if self.several
                      else self.carry[0])
+            if IN_BUDGET in metrics:
+                history, metrics = within_budget(history, metrics)
             out.append(Result(state.params, history, metrics, state, dict(timing),
                               dict(memory), self.stop_reason))
         return out

@@ -39,14 +39,21 @@ class Progress:
                          bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
                                     "[{elapsed}{postfix}]") if self.tty else None
 
-    def update(self, rounds: int, run_seconds: float, ran: int, train_loss: float | None):
-        """``rounds`` more done; ``run_seconds`` the round time of the ``ran`` rounds so far."""
+    def update(self, rounds: int, run_seconds: float, ran: int, train_loss: float | None,
+               budget_done: float | None = None):
+        """``rounds`` more done; ``run_seconds`` the round time of the ``ran`` rounds so far;
+        ``budget_done`` the share of a virtual-time budget reached (the ETA is then the sooner
+        of the rounds' and the budget's)."""
         if not self.enabled:
             return
         self.done += rounds
         rate = ran / run_seconds if run_seconds > 0 else float("nan")
         eta = (self.total - self.done) / rate if rate == rate and rate > 0 else float("nan")
+        if budget_done is not None and budget_done > 0:
+            eta = min(eta, run_seconds * max(1.0 - budget_done, 0.0) / budget_done)
         fields = {"rounds/s": f"{rate:.1f}", "ETA": _duration(eta)}
+        if budget_done is not None:
+            fields["budget"] = f"{min(budget_done, 1.0):.0%}"
         if train_loss is not None:
             fields["train_loss"] = f"{train_loss:.4f}"
         if self._bar is not None:
@@ -74,10 +81,11 @@ class Progress:
 
 class ProgressDisplay(Callback):
     """:class:`Progress` driven by the run: "compiling" at the start, then the rounds/s, ETA
-    and the latest training loss after every chunk."""
+    and the latest training loss after every chunk; with a virtual-time budget also the share
+    of it reached (by the run furthest behind), which the ETA then follows."""
 
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
+    def __init__(self, enabled: bool, max_virtual_time: float | None = None):
+        self.enabled, self.max_virtual_time = enabled, max_virtual_time
         self._progress: Progress | None = None
         self._loss: float | None = None
 
@@ -91,7 +99,11 @@ class ProgressDisplay(Callback):
 
     def on_chunk_end(self, run: Run, metrics: dict[str, np.ndarray]) -> None:
         length = len(next(iter(metrics.values())))
-        self._progress.update(length, run.timing["run"], run.done - run.started_at, self._loss)
+        budget_done = None
+        if self.max_virtual_time is not None and len(metrics["virtual_time"]):
+            budget_done = float(np.min(metrics["virtual_time"][-1])) / self.max_virtual_time
+        self._progress.update(length, run.timing["run"], run.done - run.started_at, self._loss,
+                              budget_done)
         self._loss = None
 
     def on_run_end(self, run: Run) -> None:

@@ -37,6 +37,7 @@ from fedjax_avail.experiments._subtrunc import (
 )
 from fedjax_avail.experiments._summary import format_summary
 from fedjax_avail.experiments._sweep import Sweep, run_sweep, sweep_settings
+from fedjax_avail.experiments._time_to_accuracy import TIME_TO_ACCURACY_MNIST
 from fedjax_avail.experiments._wkafl import (
     WKAFL_MNIST,
     WKAFL_MNIST_ABLATION,
@@ -63,6 +64,7 @@ REGISTRY: dict[str, Experiment | Sweep] = {
         WKAFL_MNIST_TABLE3,
         WKAFL_MNIST_ABLATION,
         ASYNC_MNIST,
+        TIME_TO_ACCURACY_MNIST,
         SUBTRUNC_MNIST,
         SUBTRUNC_MNIST_LAMBDA,
         SUBTRUNC_MNIST_WINDOW,

@@ -55,9 +55,14 @@ class Setup(NamedTuple):
     summary: Callable[[History], dict[str, float]] | None = None  # extra summary columns
     x_axes: tuple[str, ...] = ("round",)  # history columns the curves are drawn against
     rounds: Mapping[str, int] = {}  # per-algorithm rounds instead of the setting rounds
+    max_virtual_time: float | None = None  # every algorithm's virtual-time budget
+    eval_every: Mapping[str, int] = {}  # per-algorithm eval_every instead of the setting's
 
     def rounds_of(self, name: str, config: Mapping[str, Any]) -> int:
         return int(self.rounds.get(name, config["rounds"]))
+
+    def eval_every_of(self, name: str, config: Mapping[str, Any]) -> int:
+        return int(self.eval_every.get(name, config["eval_every"]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,7 +213,6 @@ def run(
         if out_dir is not None:
             _record_settings(out_dir, experiment.name, config, resume)
         setup = experiment.build(config)
-        every = checkpoint_every or 10 * config["eval_every"]
         seeds = list(config["seeds"]) if config.get("seeds") else None
         meta = {"experiment": experiment.name, **config, "provenance": provenance()}
         histories: dict[str, History] = {}
@@ -234,14 +238,16 @@ def run(
                 if tensorboard:
                     callbacks.append(TensorBoard(out_dir / "tensorboard" / name))
             start = time.perf_counter()
+            eval_every = setup.eval_every_of(name, config)
             try:
                 result = simulate(
                     setup.task, setup.train, algorithm, setup.availability,
                     rounds=setup.rounds_of(name, config), seed=seeds or config["seed"],
-                    eval_every=config["eval_every"],
+                    eval_every=eval_every, max_virtual_time=setup.max_virtual_time,
                     test_data=setup.test, progress=progress, desc=name,
                     checkpoint_dir=checkpoints if checkpoint else None,
-                    checkpoint_every=every, checkpoint_keep=keep_checkpoints,
+                    checkpoint_every=checkpoint_every or 10 * eval_every,
+                    checkpoint_keep=keep_checkpoints,
                     train_eval_examples=config.get("train_eval_examples"), mesh=mesh,
                     callbacks=callbacks,
                 )
@@ -306,7 +312,7 @@ def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None) -> 
         rounds = setup.rounds_of(name, config)
         test = inputs.check_simulate_args(
             setup.task, setup.train, algorithm, setup.availability, rounds, seeds,
-            config["eval_every"], setup.test, None, 4096, None,
+            setup.eval_every_of(name, config), setup.test, None, 4096, None,
             config.get("train_eval_examples"))
         estimate = memory.estimate_memory(setup.task, setup.train, algorithm, setup.availability,
                                           test_data=test, runs=len(seeds))

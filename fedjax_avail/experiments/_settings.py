@@ -69,6 +69,9 @@ RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
               lambda v: isinstance(v, tuple) and all(is_int(x) and 0 <= x < 2**32 for x in v)
               and len(set(v)) == len(v)),
     "train_eval_examples": _int(1),
+    "async_eval_every": _int(1),
+    "wkafl_lr": _real("a number > 0", lambda v: v > 0),
+    "max_virtual_time": _real("a number > 0", lambda v: v > 0),
     "algorithms": ("a non-empty list of algorithm names, e.g. --set algorithms=fedavg,fedlaavg",
                    lambda v: isinstance(v, tuple) and len(v) > 0
                    and all(isinstance(x, str) and x for x in v)),
