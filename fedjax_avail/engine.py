@@ -185,7 +185,7 @@ def _initial_carry(task: Task, num_clients: int, runs: Runs) -> tuple[Any, Any]:
         keys = _keys.run_keys(seed)
         params = task.init(keys.params)
         cursor = Timeline.start(process.init(keys.availability_init, num_clients), num_clients)
-        return (alg.init(params, num_clients), cursor, jnp.int32(_HEALTHY), jnp.float32(0)), keys
+        return (alg.init(params, num_clients), cursor, jnp.int32(_HEALTHY)), keys
 
     built = [one(*run) for run in zip(runs.seeds, runs.algorithms, runs.processes, strict=True)]
     if not runs.several:
@@ -235,11 +235,12 @@ class RoundChunks:
         moves_time = getattr(algorithm, "moves_time", False)
 
         def one_round(carry, r, keys, data, hyper):
-            alg_state, cursor, health, now = carry
+            alg_state, cursor, health = carry
             alg = runs_lib.bind(algorithm, hyper)  # this run's hyperparameter values
             timeline = Timeline(availability, keys, slot_length)
             start = getattr(alg, "virtual_time", lambda state: None)(alg_state)
             cursor = timeline.at(cursor, r if start is None else timeline.slot_of(start))
+            now = timeline.start_of(r) if start is None else start  # when the round starts
             mask = cursor.mask
             reports = reports_of(availability, mask, r, _keys.availability_key(keys, r))
             round_input = RoundInput(r, mask, _keys.algorithm_key(keys, r), reports,
@@ -258,7 +259,7 @@ class RoundChunks:
                 metrics[IN_BUDGET] = ran
             bad = ~_finite(alg_state)
             health = jnp.where((health == _HEALTHY) & bad, r, health)
-            return (alg_state, cursor, health, metrics["virtual_time"]), metrics
+            return (alg_state, cursor, health), metrics
 
         step = (cohort_lib.map_runs(one_round, in_axes=(0, None, 0, None, 0)) if runs.several
                 else one_round)

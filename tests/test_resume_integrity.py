@@ -85,13 +85,12 @@ def saved(tmp_path_factory):
 
 
 def _abstract(result):
-    """The scan carry's shapes: (algorithm state, availability cursor, health flag, virtual
-    time)."""
+    """The scan carry's shapes: (algorithm state, availability cursor, health flag)."""
     state = jax.eval_shape(lambda: result.state)
     process = fa.availability.Markov(0.2, 0.3)
     avail = jax.eval_shape(lambda: Timeline.start(
         process.init(jax.random.key(0), 30), 30))
-    return state, avail, jax.ShapeDtypeStruct((), np.int32), jax.ShapeDtypeStruct((), np.float32)
+    return state, avail, jax.ShapeDtypeStruct((), np.int32)
 
 
 def _equal(a, b):

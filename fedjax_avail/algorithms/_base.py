@@ -93,9 +93,15 @@ def timed_cohort(clock: clock_lib.RoundClock | None, state: Any, inputs: RoundIn
     return state, timed.cohort, timed.valid, metrics
 
 
-def check_over_selection(clock: clock_lib.RoundClock | None, clients_per_round: int,
-                         num_clients: int) -> None:
-    """Refuses an over-selection that selects more than N clients (and checks the speeds)."""
+def selected_count(clock: clock_lib.RoundClock | None, clients_per_round: int) -> int:
+    """How many clients a round selects: ``ceil(f K)`` with over-selection, else K."""
+    return clients_per_round if clock is None else clock.selected(clients_per_round)
+
+
+def check_round_clock(clock: clock_lib.RoundClock | None, clients_per_round: int,
+                      num_clients: int) -> None:
+    """Checks the round clock against N: its speed factors, and an over-selection that would
+    select more than N clients."""
     if clock is None:
         return
     clock.durations.speeds(num_clients)

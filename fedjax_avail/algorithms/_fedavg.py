@@ -21,9 +21,10 @@ from fedjax_avail.algorithms._base import (
     Metrics,
     RoundInput,
     check_cohort_fits,
-    check_over_selection,
+    check_round_clock,
     reported,
     round_clock,
+    selected_count,
     timed_cohort,
 )
 from fedjax_avail.local import Problem, local_sgd
@@ -100,12 +101,10 @@ class FedAvg:
 
     def validate(self, num_clients: int) -> None:
         check_cohort_fits(self.clients_per_round, num_clients)
-        check_over_selection(self._clock(), self.clients_per_round, num_clients)
-        selection_lib.check_selection(self.selection, self._selected(), num_clients)
-
-    def _selected(self) -> int:
         clock = self._clock()
-        return self.clients_per_round if clock is None else clock.selected(self.clients_per_round)
+        check_round_clock(clock, self.clients_per_round, num_clients)
+        selection_lib.check_selection(
+            self.selection, selected_count(clock, self.clients_per_round), num_clients)
 
     def init(self, params: Any, num_clients: int) -> FedAvgState:
         clock = None if self.durations is None else self._clock().init(num_clients)
@@ -128,10 +127,11 @@ class FedAvg:
         select_key, train_key = jax.random.split(inputs.key)
         context = selection_lib.SelectionContext(select_key, inputs.available, inputs.round,
                                                  state.params, problem)
-        chosen, cohort, valid = self.selection.select(state.selection, context,
-                                                      self._selected())
+        timer = self._clock()
+        chosen, cohort, valid = self.selection.select(
+            state.selection, context, selected_count(timer, self.clients_per_round))
         clock, cohort, valid, timing = timed_cohort(
-            self._clock(), state.clock, inputs, jax.random.fold_in(select_key, 1), cohort, valid,
+            timer, state.clock, inputs, jax.random.fold_in(select_key, 1), cohort, valid,
             self.clients_per_round)
         valid = reported(inputs, cohort, valid)
         deltas = local_sgd(

@@ -16,9 +16,10 @@ from fedjax_avail.algorithms._base import (
     Metrics,
     RoundInput,
     check_cohort_fits,
-    check_over_selection,
+    check_round_clock,
     reported,
     round_clock,
+    selected_count,
     timed_cohort,
 )
 from fedjax_avail.local import Problem, flat_size, local_sgd
@@ -98,10 +99,6 @@ class FedLaAvg:
     def _clock(self):
         return round_clock(self.durations, self.deadline, self.over_selection)
 
-    def _selected(self) -> int:
-        clock = self._clock()
-        return self.clients_per_round if clock is None else clock.selected(self.clients_per_round)
-
     def virtual_time(self, state: FedLaAvgState) -> jax.Array | None:
         """``[]`` the time the rounds so far took (durations given), else None (one slot a
         round)."""
@@ -112,8 +109,10 @@ class FedLaAvg:
 
     def validate(self, num_clients: int) -> None:
         check_cohort_fits(self.clients_per_round, num_clients)
-        check_over_selection(self._clock(), self.clients_per_round, num_clients)
-        selection_lib.check_selection(self.selection, self._selected(), num_clients)
+        clock = self._clock()
+        check_round_clock(clock, self.clients_per_round, num_clients)
+        selection_lib.check_selection(
+            self.selection, selected_count(clock, self.clients_per_round), num_clients)
 
     def prepare(self, state: FedLaAvgState, problem: Problem) -> FedLaAvgState:
         """Before round 0: the selection's preparation (DivFL: every client's gradient)."""
@@ -140,10 +139,11 @@ class FedLaAvg:
         select_key, train_key = jax.random.split(inputs.key)
         context = selection_lib.SelectionContext(select_key, inputs.available, inputs.round,
                                                  state.params, problem)
-        chosen, cohort, valid = self.selection.select(state.selection, context,
-                                                      self._selected())  # L6
+        timer = self._clock()
+        chosen, cohort, valid = self.selection.select(
+            state.selection, context, selected_count(timer, self.clients_per_round))  # L6
         clock, cohort, valid, timing = timed_cohort(
-            self._clock(), state.clock, inputs, jax.random.fold_in(select_key, 1), cohort, valid,
+            timer, state.clock, inputs, jax.random.fold_in(select_key, 1), cohort, valid,
             self.clients_per_round)
         valid = reported(inputs, cohort, valid)
         last_round = cohort_lib.scatter(

@@ -32,9 +32,10 @@ from fedjax_avail.algorithms._base import (
     Metrics,
     RoundInput,
     check_cohort_fits,
-    check_over_selection,
+    check_round_clock,
     reported,
     round_clock,
+    selected_count,
     timed_cohort,
 )
 from fedjax_avail.local import Problem, flat_size, local_sgd
@@ -121,7 +122,7 @@ class MIFA:
 
     def validate(self, num_clients: int) -> None:
         check_cohort_fits(self.clients_per_round, num_clients)
-        check_over_selection(self._clock(), self.clients_per_round, num_clients)
+        check_round_clock(self._clock(), self.clients_per_round, num_clients)
 
     def virtual_time(self, state: MIFAState) -> jax.Array | None:
         """``[]`` the time the rounds so far took (durations given), else None (one slot a
@@ -176,8 +177,7 @@ class MIFA:
         lr = self._lr(state.step)
         clock = self._clock()
         cohort, valid = selection.least_recent(
-            state.last_round, inputs.available,
-            self.clients_per_round if clock is None else clock.selected(self.clients_per_round))
+            state.last_round, inputs.available, selected_count(clock, self.clients_per_round))
         clock_state, cohort, valid, timing = timed_cohort(
             clock, state.clock, inputs, clock_key, cohort, valid, self.clients_per_round)
         valid = reported(inputs, cohort, valid)

@@ -73,9 +73,9 @@ class Run:
       desc: the run's label (progress display).
       done: rounds completed so far.
       started_at: rounds done when this call began (> 0: resumed from a checkpoint).
-      carry: the scan carry ``(algorithm state, availability cursor, health, virtual time)``,
-        each leaf with a leading ``[S]`` axis when ``several``. Its buffers are donated to the
-        next chunk (updated in place): to keep a value (e.g. the best model), copy it
+      carry: the scan carry ``(algorithm state, availability cursor, health)``, each leaf with
+        a leading ``[S]`` axis when ``several``. Its buffers are donated to the next chunk
+        (updated in place): to keep a value (e.g. the best model), copy it
         (``jax.device_get``).
       histories: one :class:`History` per run.
       chunks: the per-round metrics of each chunk run so far (host arrays, each ``[length]``,
