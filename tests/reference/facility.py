@@ -40,3 +40,38 @@ def greedy(features, k: int, available=None) -> tuple[list[int], float]:
         picks.append(best)
         cover = [min(c, d[i][best]) for i, c in enumerate(cover)]
     return picks, margin
+
+
+def objective_greedy(features, k: int, extra, divisor: float = 1.0,
+                     available=None) -> tuple[list[int], float]:
+    """Plain greedy on ``W(S) = G(S) / divisor + extra(S)``, written from the definitions:
+    ``G(S) = sum_i (C - min_{j in S} d_ij)``, C the largest distance (eq. 9-10), and
+    ``extra`` a set function of the list of picks (SubTrunc's ``lam * min(b, F(S))``, eq. 11-12;
+    UnionFL's ``-mu |S cap U|``, eq. 14). Each step adds the available, unpicked e with the
+    largest ``W(S + e) - W(S)`` (lowest index on ties).
+
+    Returns the picks and the smallest margin over the steps between the best gain and the
+    next lower one, relative to the largest ``|W(S + e)|`` of the step (inf if none is lower).
+    Exact ties (identical clients) are not margins: they go to the lowest index on both sides.
+    """
+    d = distance_table(features)
+    n = len(d)
+    c = max(map(max, d))
+    available = [True] * n if available is None else [bool(a) for a in available]
+
+    def value(picks: list[int]) -> float:
+        g = math.fsum(c - min(d[i][j] for j in picks) for i in range(n)) if picks else 0.0
+        return g / divisor + extra(picks)
+
+    picks: list[int] = []
+    margin = math.inf
+    for _ in range(min(k, sum(available))):
+        now = value(picks)
+        values = {e: value(picks + [e]) for e in range(n) if available[e] and e not in picks}
+        ranked = sorted(values, key=lambda e: (-(values[e] - now), e))
+        lower = [values[e] for e in ranked if values[e] < values[ranked[0]]]
+        if lower:
+            gap = values[ranked[0]] - lower[0]
+            margin = min(margin, gap / max(max(abs(v) for v in values.values()), 1e-300))
+        picks.append(ranked[0])
+    return picks, margin
