@@ -31,12 +31,48 @@ CohortArray = jax.Array  # [K, ...]
 ServerArray = jax.Array  # no client axis
 
 
-def map_runs(fn: Callable[..., Any], in_axes: Any = 0) -> Callable[..., Any]:
-    """``fn`` over a leading runs axis ``[S, ...]`` (seeds of one configuration): one ``vmap``.
+RUNS_LAYOUTS = ("auto", "vmap", "map")
 
-    Arguments with ``in_axes`` None (the data) are shared by every run.
+
+def runs_layout(layout: str = "auto") -> str:
+    """The layout of the runs axis: ``"auto"`` is ``"map"`` on a CPU and ``"vmap"`` elsewhere.
+
+    ``"vmap"`` batches the S runs into every operation: on an accelerator S runs cost about
+    one's time (H100: 8 seeds 1.00x one seed's wall time). On XLA:CPU it made every batched
+    matmul of the cohort one with two batch dimensions, which ran S runs in more than S
+    runs' time (8 seeds 14.5x one seed's rounds; ``benchmarks/run_axis.py``); ``"map"`` runs
+    them one after the other inside the same compiled step (``lax.map``), each with a single
+    run's kernels.
     """
-    return jax.vmap(fn, in_axes=in_axes)
+    if layout not in RUNS_LAYOUTS:
+        raise ValueError(f"runs_layout must be one of {RUNS_LAYOUTS}, got {layout!r}")
+    if layout == "auto":
+        return "map" if jax.default_backend() == "cpu" else "vmap"
+    return layout
+
+
+def map_runs(fn: Callable[..., Any], in_axes: tuple[int | None, ...],
+             layout: str = "vmap") -> Callable[..., Any]:
+    """``fn`` over a leading runs axis ``[S, ...]`` (seeds of one configuration).
+
+    Arguments with ``in_axes`` None (the data) are shared by every run, the others (0) carry
+    the runs axis. ``layout`` ``"vmap"``: one ``vmap``; ``"map"``: a ``lax.map``, one run at a
+    time (:func:`runs_layout`). Either returns every output with a leading ``[S]`` axis.
+    """
+    if layout == "vmap":
+        return jax.vmap(fn, in_axes=in_axes)
+    mapped = [i for i, axis in enumerate(in_axes) if axis is not None]
+
+    def one_at_a_time(*args):
+        def one(stacked):
+            full = list(args)
+            for i, value in zip(mapped, stacked, strict=True):
+                full[i] = value
+            return fn(*full)
+
+        return jax.lax.map(one, tuple(args[i] for i in mapped))
+
+    return one_at_a_time
 
 
 def map_cohort(fn: Callable[..., Any], *args: Any, chunk: int | None = None) -> Any:

@@ -23,7 +23,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -93,10 +93,10 @@ def _mesh_context(mesh: Any):
 _CPU_RUNS_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 
 
-def _compile(lowered: Any, runs: bool) -> Any:
-    """``lowered.compile()``; for several runs on a CPU without the YNNPACK dot fusion, where
+def _compile(lowered: Any, batched_runs: bool) -> Any:
+    """``lowered.compile()``; for vmapped runs on a CPU without the YNNPACK dot fusion, where
     this XLA has the option (else the default compile)."""
-    if runs and jax.default_backend() == "cpu":
+    if batched_runs and jax.default_backend() == "cpu":
         try:
             return lowered.compile(compiler_options=_CPU_RUNS_OPTIONS)
         except Exception:  # an XLA without the option: its default is the only choice
@@ -229,7 +229,8 @@ class RoundChunks:
 
     def __init__(self, task: Task, runs: Runs, client_chunk: int | None, keys: Any,
                  hyper: dict[str, jax.Array], mesh: Mesh | None, placement: Placement,
-                 slot_length: float = 1.0, max_virtual_time: float | None = None):
+                 slot_length: float = 1.0, max_virtual_time: float | None = None,
+                 layout: str = "vmap"):
         algorithm, availability = runs.algorithms[0], runs.processes[0]  # the code; values vary
 
         moves_time = getattr(algorithm, "moves_time", False)
@@ -261,7 +262,7 @@ class RoundChunks:
             health = jnp.where((health == _HEALTHY) & bad, r, health)
             return (alg_state, cursor, health), metrics
 
-        step = (cohort_lib.map_runs(one_round, in_axes=(0, None, 0, None, 0)) if runs.several
+        step = (cohort_lib.map_runs(one_round, (0, None, 0, None, 0), layout) if runs.several
                 else one_round)
 
         def run_chunk(carry, data, round_ids, keys, hyper):
@@ -276,7 +277,7 @@ class RoundChunks:
         self._jitted = jax.jit(run_chunk, donate_argnums=0, **shardings)
         self._compiled: dict[int, Any] = {}
         self._args = (placement.data, keys, hyper)
-        self._mesh, self._several = mesh, runs.several
+        self._mesh, self._batched = mesh, runs.several and layout == "vmap"
 
     def _executable(self, run: Run, round_ids: jax.Array) -> Any:
         length = len(round_ids)
@@ -285,7 +286,7 @@ class RoundChunks:
             start = time.perf_counter()
             with _mesh_context(self._mesh):
                 self._compiled[length] = _compile(
-                    self._jitted.lower(run.carry, data, round_ids, keys, hyper), self._several)
+                    self._jitted.lower(run.carry, data, round_ids, keys, hyper), self._batched)
             run.timing["compile"] += time.perf_counter() - start
             analysis = self._compiled[length].memory_analysis()
             temp = int(getattr(analysis, "temp_size_in_bytes", 0) or 0)
@@ -310,7 +311,7 @@ class RoundChunks:
 
 
 def _prepare(run: Run, prepare: Callable[..., Any], task: Task, placement: Placement,
-             client_chunk: int | None, mesh: Mesh | None) -> np.ndarray:
+             client_chunk: int | None, mesh: Mesh | None, layout: str) -> np.ndarray:
     """An algorithm's one-off pass before round 0 (DivFL's gradients of all clients) on the
     state in ``run.carry``, timed as ``prepare`` (compile included); returns, per run, whether
     the prepared state is finite."""
@@ -319,7 +320,8 @@ def _prepare(run: Run, prepare: Callable[..., Any], task: Task, placement: Place
     def prepare_state(state, data):
         return prepare(state, Problem(task, data, client_chunk))
 
-    prepare_fn = cohort_lib.map_runs(prepare_state, (0, None)) if run.several else prepare_state
+    prepare_fn = (cohort_lib.map_runs(prepare_state, (0, None), layout) if run.several
+                  else prepare_state)
     placed = {} if mesh is None else dict(out_shardings=placement.carry_shardings[0])
     with _mesh_context(mesh):
         # donated: the state may hold [N, P] tables, which must not exist twice
@@ -384,6 +386,7 @@ def simulate(
     checkpoint_keep: Count = KEEP,
     slot_length: Positive = 1.0,
     max_virtual_time: Positive | None = None,
+    runs_layout: Literal["auto", "vmap", "map"] = "auto",
 ) -> Result | list[Result]:
     """Runs ``rounds`` rounds of ``algorithm`` under ``availability``; round r uses mask r.
 
@@ -446,6 +449,13 @@ def simulate(
         ``Result.stopped`` naming the budget (``rounds`` still caps it). Each run of a runs axis
         stops at its own budget; its ``round_metrics`` and ``history`` end with its last round
         (the call returns when every run is done). None: rounds only.
+      runs_layout: how several runs share the compiled program
+        (:func:`fedjax_avail.cohort.runs_layout`): ``"vmap"`` batches them into every
+        operation (accelerators: S runs in about one's time), ``"map"`` runs them one after
+        the other inside each compiled round (a ``lax.map``: on a CPU, S runs in S runs' time
+        rather than more), ``"auto"`` (default) picks ``"map"`` on a CPU and ``"vmap"``
+        elsewhere. Every run's result equals its separate run's either way, up to float
+        reordering (README).
 
     Returns:
       a :class:`Result` (a list of them for a list of seeds). ``history`` holds ``train_loss``
@@ -470,6 +480,7 @@ def simulate(
         ``checkpoint_dir`` is set; ``.result`` keeps the history so far.
     """
     start_time = time.perf_counter()
+    layout = cohort_lib.runs_layout(runs_layout)
     runs = _runs_of(seed, algorithm, availability)
     algorithm, availability = runs.algorithms[0], runs.processes[0]
     test_arrays = inputs.check_simulate_args(
@@ -477,7 +488,8 @@ def simulate(
         client_chunk, eval_batch_size, checkpoint_every, train_eval_examples)
     hyper = _swept_values(runs, data.num_clients)
     estimate = memory.estimate_memory(task, data, algorithm, availability, test_data=test_arrays,
-                                      client_chunk=client_chunk, runs=len(runs.seeds))
+                                      client_chunk=client_chunk, runs=len(runs.seeds),
+                                      runs_layout=layout)
     if check_memory:
         memory.check_fits(estimate, memory.available_bytes())
     held = MeasureHeld()  # before anything of the run is allocated
@@ -492,6 +504,7 @@ def simulate(
             train_eval_examples=train_eval_examples, eval_batch_size=eval_batch_size,
             client_chunk=client_chunk, mesh=_mesh_layout(mesh), slot_length=slot_length,
             max_virtual_time=max_virtual_time,
+            **({"runs_layout": layout} if runs.several else {}),
             model=jax.eval_shape(lambda params: params, carry[0].params), **_environment()),
             every=checkpoint_every or eval_every, keep=checkpoint_keep)
     carry, placement = _place(carry, data, mesh, runs.several)
@@ -503,7 +516,7 @@ def simulate(
     evaluation = RunEvaluation(task, placement.data, test_arrays, test_data, eval_batch_size,
                                train_eval_examples, runs.several)
     chunks = RoundChunks(task, runs, client_chunk, keys, hyper, mesh, placement, slot_length,
-                         max_virtual_time)
+                         max_virtual_time, layout)
     every = (eval_every,) + ((checkpointing.every,) if checkpointing else ())
     hooks = [StopOnCtrlC(checkpointing.directory if checkpointing else None), held,
              ProgressDisplay(progress, max_virtual_time), *callbacks, DivergenceGuard(),
@@ -517,7 +530,7 @@ def simulate(
         run.timing["compile"] += time.perf_counter() - compile_start
         if not restored:
             prepare = getattr(algorithm, "prepare", None)
-            prepared = (_prepare(run, prepare, task, placement, client_chunk, mesh)
+            prepared = (_prepare(run, prepare, task, placement, client_chunk, mesh, layout)
                         if prepare is not None else np.ones(1, bool))
             dispatch(hooks, "on_evaluation", run, evaluation(run))
             _check_prepared(run, prepared)

@@ -28,7 +28,7 @@ import dataclasses
 import math
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import numpy as np
@@ -101,6 +101,7 @@ def estimate_memory(
     test_data: Mapping[str, Any] | FederatedData | None = None,
     client_chunk: int | None = None,
     runs: int = 1,
+    runs_layout: Literal["vmap", "map"] = "vmap",
 ) -> MemoryEstimate:
     """Predicts the device bytes a :func:`fedjax_avail.simulate` run holds, by term.
 
@@ -109,15 +110,19 @@ def estimate_memory(
 
     Args:
       task, data, algorithm, availability, test_data, client_chunk: as for ``simulate``.
-      runs: S, runs in one program (``simulate(seed=[...])``): every state term and the
-        working set are S times larger; the data is shared.
+      runs: S, runs in one program (``simulate(seed=[...])``): every state term is S times
+        larger; the data is shared.
+      runs_layout: ``simulate``'s layout of those runs (resolved: :func:`fedjax_avail.cohort.
+        runs_layout`): ``"vmap"`` trains them at once (the working sets S times larger),
+        ``"map"`` one after the other (one run's working sets).
 
     Returns:
       a :class:`MemoryEstimate`; ``.total`` is the sum, ``.describe()`` a readable breakdown.
 
     Raises:
       TypeError: ``data`` is not a :class:`fedjax_avail.FederatedData`.
-      ValueError: ``runs`` is not an integer >= 1, or ``client_chunk`` not None or >= 1.
+      ValueError: ``runs`` is not an integer >= 1, ``client_chunk`` not None or >= 1, or
+        ``runs_layout`` not one of "vmap", "map".
 
     Example:
       >>> est = fa.estimate_memory(task, fd, fa.algorithms.FedLaAvg(clients_per_round=100))
@@ -128,6 +133,9 @@ def estimate_memory(
                         f"(...)), got {type(data).__name__}")
     check_int("runs", runs)
     check_optional_int("client_chunk", client_chunk)
+    if runs_layout not in ("vmap", "map"):
+        raise ValueError(f"runs_layout must be 'vmap' or 'map', got {runs_layout!r}")
+    at_once = runs if runs_layout == "vmap" else 1  # runs whose working sets are live at once
     num_clients = data.num_clients
     key = jax.eval_shape(lambda: _keys.run_keys(0).params)  # abstract: shaping computes nothing
     params = jax.eval_shape(task.init, key)
@@ -157,8 +165,8 @@ def estimate_memory(
         "server_state": runs * server,
         "per_client_tables": runs * sum(tables.values()),
         "availability_state": runs * avail,
-        "cohort_working_set": runs * working,
-        "full_batch_working_set": runs * full_batch_bytes(
+        "cohort_working_set": at_once * working,
+        "full_batch_working_set": at_once * full_batch_bytes(
             task, data, params, getattr(algorithm, "selection", None),
             cohort_size(algorithm, num_clients), client_chunk),
     }

@@ -1,6 +1,7 @@
 """Runs of one configuration in one compiled program: hyperparameter values and availability
 parameters on the runs axis (issue 9), checked against separate runs."""
 
+import jax
 import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
@@ -73,3 +74,38 @@ def test_runs_resume_from_their_checkpoint(setting, tmp_path):
     for a, b in zip(resumed, straight, strict=True):
         np.testing.assert_array_equal(_flat(a.params), _flat(b.params))
         assert a.history.rows == b.history.rows
+
+
+@pytest.mark.parametrize("layout", ["map", "vmap"])
+def test_each_runs_layout_gives_every_run_its_separate_result(setting, layout):
+    # FedLaAvg (a per-client table in the state) with LeastRecent selection, and FedAvg with
+    # DivFL (a prepare pass before round 0): every run of the runs axis is its separate run.
+    task, fd = setting
+    for alg in (fa.algorithms.FedLaAvg(clients_per_round=4, client_lr=0.1),
+                fa.algorithms.FedAvg(clients_per_round=4, selection=fa.selection.DivFL())):
+        process = fa.availability.Bernoulli(0.6)
+        batch = fa.simulate(task, fd, alg, process, rounds=12, seed=[0, 5, 9], eval_every=6,
+                            runs_layout=layout)
+        for seed, result in zip((0, 5, 9), batch, strict=True):
+            alone = fa.simulate(task, fd, alg, process, rounds=12, seed=seed, eval_every=6)
+            np.testing.assert_allclose(_flat(result.params), _flat(alone.params), atol=1e-6)
+            np.testing.assert_array_equal(result.round_metrics["num_available"],
+                                          alone.round_metrics["num_available"])
+            np.testing.assert_allclose(result.history["train_loss"],
+                                       alone.history["train_loss"], rtol=1e-5)
+
+
+def test_the_automatic_runs_layout_is_one_run_at_a_time_on_a_cpu_and_batched_elsewhere(
+        monkeypatch):
+    assert fa.cohort.runs_layout("auto") == ("map" if jax.default_backend() == "cpu"
+                                             else "vmap")
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert fa.cohort.runs_layout("auto") == "vmap"
+    assert fa.cohort.runs_layout("map") == "map"
+
+
+def test_an_unknown_runs_layout_is_refused_by_name_before_compute(setting):
+    task, fd = setting
+    with pytest.raises(ValueError, match="runs_layout must be one of"):
+        fa.simulate(task, fd, fa.algorithms.FedAvg(clients_per_round=2),
+                    fa.availability.AlwaysOn(), rounds=2, seed=[0, 1], runs_layout="pmap")

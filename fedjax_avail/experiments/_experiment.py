@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fedjax_avail import inputs, memory
+from fedjax_avail import cohort, inputs, memory
 from fedjax_avail._checks import check_int, check_optional_int
 from fedjax_avail._io import atomic_write_text, check_writable_dir
 from fedjax_avail._lock import DirectoryLock
@@ -315,7 +315,8 @@ def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None) -> 
             setup.eval_every_of(name, config), setup.test, None, 4096, None,
             config.get("train_eval_examples"))
         estimate = memory.estimate_memory(setup.task, setup.train, algorithm, setup.availability,
-                                          test_data=test, runs=len(seeds))
+                                          test_data=test, runs=len(seeds),
+                                          runs_layout=cohort.runs_layout())
         memory.check_fits(estimate, memory.available_bytes())
         rows.append({"algorithm": name, "rounds": rounds, "seeds": seeds,
                      "estimated_bytes": estimate.total})

@@ -30,7 +30,7 @@ ABLATIONS = {  # the ablation scripts also drop the CB clip (wkafl.md 7.6)
     "wkafl_no_noniid": dict(alpha=0.0, clipping=False),
 }
 _CHOICES = {"algorithms": (*CODE_LR, *ABLATIONS), "model": MODELS,
-           "source": ("idx", "tfds", "emnist")}
+            "source": ("idx", "tfds", "emnist"), "init": tasks.INITS}
 _MEANINGS = {
     "clients_per_round": "K, the gradients each server update waits for (K-of-P)",
     "batch_size": "m, the examples of one gradient",
@@ -40,6 +40,8 @@ _MEANINGS = {
     "source": "where the digits come from: IDX files (data_dir), TFDS MNIST, or TFDS "
               "EMNIST-MNIST (the paper's)",
     "model": "the model trained: the EMNIST CNN, an MLP, or logistic regression",
+    "init": "the CNN's initial weights: torch (PyTorch's layer defaults, as the authors' code; "
+            "on raw pixels Flax's start ~10x larger logits) or flax (model=mlp, lr: unused)",
 }
 
 
@@ -77,7 +79,8 @@ def _build(config: dict[str, Any]) -> Setup:
     if config["pixels"] == "raw":  # the authors' code feeds 0-255 floats (wkafl.md 7.4)
         fd = fd.replace(arrays={**fd.arrays, "x": fd.arrays["x"].astype(np.float32)})
         test = {**test, "x": test["x"].astype(np.float32)}
-    task = {"cnn": lambda: tasks.cnn((28, 28, 1)), "mlp": lambda: tasks.mlp(784),
+    task = {"cnn": lambda: tasks.cnn((28, 28, 1), init=config["init"]),
+            "mlp": lambda: tasks.mlp(784),
             "lr": lambda: tasks.logistic_regression(784)}[config["model"]]()
     if config["model"] == "cnn":
         fd = fd.replace(arrays={**fd.arrays, "x": fd.arrays["x"][..., None]})
@@ -93,7 +96,7 @@ WKAFL_MNIST = Experiment(
     defaults=dict(
         num_clients=1000, clients_per_round=10, labels=1, min_size=10, max_size=49,
         batch_size=4, lr=None, rounds=5000, eval_every=50, seed=1, model="cnn", pixels="raw",
-        history=2048, switch_round=1000, algorithms=("wkafl", "twafl", "sasgd"),
+        init="torch", history=2048, switch_round=1000, algorithms=("wkafl", "twafl", "sasgd"),
         source="idx", data_dir=None, train_eval_examples=None,
     ),
     build=_build,

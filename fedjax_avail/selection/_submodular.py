@@ -245,9 +245,6 @@ class UnionFL(DivFL):
     window: Count = 5
     normalize: Normalize = "mean"
 
-    def __post_init__(self):
-        super().__post_init__()
-
     def _extra(self, state, context):
         recent = (state.last_selected >= 0) & (state.last_selected >= context.round - self.window)
 

@@ -3,6 +3,7 @@
 from fedjax_avail.tasks._lstm import LSTMClassifier, lstm_classifier
 from fedjax_avail.tasks._models import (
     CNN,
+    INITS,
     MLP,
     CelebACNN,
     DenseOI,
@@ -18,6 +19,7 @@ from fedjax_avail.tasks._task import Task, classification, normalize_images
 
 __all__ = [
     "CNN",
+    "INITS",
     "MLP",
     "CelebACNN",
     "DenseOI",
