@@ -4,8 +4,9 @@ For FedAvg and FedLaAvg on the FedLaAvg MNIST setting (N = 1000, K = 100, C = 10
 logistic regression, diurnal E = 100, D = 1), side by side in one process: one seed; S seeds in
 one program with each runs layout (``simulate(seed=[...], runs_layout=...)``: ``"vmap"``
 batches the runs into every operation, ``"map"`` runs them one after the other inside each
-compiled round, ``"auto"`` picks per backend); and a loop of S separate ``simulate`` calls, the
-cost one call must never exceed. Wall time of each whole call (compile and evaluation included)
+compiled round, ``"loop"`` runs one compiled single-run program for each run's chunk of rounds
+in turn, ``"auto"`` picks per backend); and a loop of S separate ``simulate`` calls, the cost
+one call must never exceed. Wall time of each whole call (compile and evaluation included)
 and its rounds alone, each the best of ``--repeats``. Targets (issue 17): S runs in one call
 never slower than the loop; on 2 CPU cores 8 seeds in <= 4x one seed's wall time.
 
@@ -29,6 +30,7 @@ import fedjax_avail as fa
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = Path(__file__).resolve().parent / "results" / "run_axis.json"
+LAYOUTS = ("vmap", "map", "loop")
 
 
 def _mnist():
@@ -72,9 +74,9 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for name, alg in algorithms.items():
         best: dict[str, tuple[float, float]] = {}
-        cases = [("one seed", 0, "auto"), (f"{count} seeds, vmap", seeds, "vmap"),
-                 (f"{count} seeds, map", seeds, "map"), (f"{count} seeds, loop of calls", None,
-                                                          "auto")]
+        cases = [("one seed", 0, "auto"),
+                 *((f"{count} seeds, {layout}", seeds, layout) for layout in LAYOUTS),
+                 (f"{count} seeds, loop of calls", None, "auto")]
         for _ in range(repeats):
             for case, seed, layout in cases:
                 if seed is None:  # S separate calls, one seed each

@@ -31,23 +31,30 @@ CohortArray = jax.Array  # [K, ...]
 ServerArray = jax.Array  # no client axis
 
 
-RUNS_LAYOUTS = ("auto", "vmap", "map")
+RUNS_LAYOUTS = ("auto", "vmap", "map", "loop")
 
 
-def runs_layout(layout: str = "auto") -> str:
-    """The layout of the runs axis: ``"auto"`` is ``"map"`` on a CPU and ``"vmap"`` elsewhere.
+def runs_layout(layout: str = "auto", mesh: Any = None) -> str:
+    """The layout of a runs axis: ``"auto"`` is ``"loop"`` on a CPU without a device mesh and
+    ``"vmap"`` otherwise; any other value is checked and returned.
 
     ``"vmap"`` batches the S runs into every operation: on an accelerator S runs cost about
-    one's time (H100: 8 seeds 1.00x one seed's wall time). On XLA:CPU it made every batched
-    matmul of the cohort one with two batch dimensions, which ran S runs in more than S
-    runs' time (8 seeds 14.5x one seed's rounds; ``benchmarks/run_axis.py``); ``"map"`` runs
-    them one after the other inside the same compiled step (``lax.map``), each with a single
-    run's kernels.
+    one's time (H100: 8 seeds 1.00x one seed's wall time). On XLA:CPU it turns each batched
+    matmul of the cohort into one with two batch dimensions, and S runs took more than S
+    separate runs' time (8 seeds of FedAvg: 1.20x a loop of 8 calls). ``"loop"`` (the engine,
+    :class:`fedjax_avail.engine.RoundChunks`) compiles one run's program once and runs each
+    run's chunk of rounds with it in turn: a single run's kernels, each run's result bit for
+    bit its separate run's. ``"map"`` runs them one after the other inside each compiled round
+    (a ``lax.map`` in :func:`map_runs`), which copies each run's state in and out every round.
+    Measured side by side in ``benchmarks/run_axis.py``.
     """
     if layout not in RUNS_LAYOUTS:
         raise ValueError(f"runs_layout must be one of {RUNS_LAYOUTS}, got {layout!r}")
+    if layout == "loop" and mesh is not None:
+        raise ValueError("runs_layout='loop' runs without a mesh; with a mesh use 'vmap' or "
+                         "'map' (or 'auto')")
     if layout == "auto":
-        return "map" if jax.default_backend() == "cpu" else "vmap"
+        return "loop" if jax.default_backend() == "cpu" and mesh is None else "vmap"
     return layout
 
 
@@ -56,8 +63,10 @@ def map_runs(fn: Callable[..., Any], in_axes: tuple[int | None, ...],
     """``fn`` over a leading runs axis ``[S, ...]`` (seeds of one configuration).
 
     Arguments with ``in_axes`` None (the data) are shared by every run, the others (0) carry
-    the runs axis. ``layout`` ``"vmap"``: one ``vmap``; ``"map"``: a ``lax.map``, one run at a
-    time (:func:`runs_layout`). Either returns every output with a leading ``[S]`` axis.
+    the runs axis. ``layout`` ``"vmap"``: one ``vmap``; ``"map"`` or ``"loop"``: a
+    ``lax.map``, one run at a time (:func:`runs_layout`; the engine runs a ``"loop"``'s rounds
+    itself and maps only one-off passes here). Either returns every output with a leading
+    ``[S]`` axis.
     """
     if layout == "vmap":
         return jax.vmap(fn, in_axes=in_axes)

@@ -262,8 +262,10 @@ class RoundChunks:
             health = jnp.where((health == _HEALTHY) & bad, r, health)
             return (alg_state, cursor, health), metrics
 
-        step = (cohort_lib.map_runs(one_round, (0, None, 0, None, 0), layout) if runs.several
-                else one_round)
+        # "loop": one single-run program, executed for each run in turn (__call__)
+        self._loop = runs.several and layout == "loop"
+        step = (cohort_lib.map_runs(one_round, (0, None, 0, None, 0), layout)
+                if runs.several and not self._loop else one_round)
 
         def run_chunk(carry, data, round_ids, keys, hyper):
             return jax.lax.scan(lambda c, r: step(c, r, keys, data, hyper), carry, round_ids)
@@ -278,15 +280,18 @@ class RoundChunks:
         self._compiled: dict[int, Any] = {}
         self._args = (placement.data, keys, hyper)
         self._mesh, self._batched = mesh, runs.several and layout == "vmap"
+        self._put = jax.jit(lambda stacked, i, one: jax.tree.map(
+            lambda a, b: a.at[i].set(b), stacked, one), donate_argnums=0)
 
-    def _executable(self, run: Run, round_ids: jax.Array) -> Any:
+    def _executable(self, run: Run, round_ids: jax.Array, carry: Any, keys: Any,
+                    hyper: dict[str, jax.Array]) -> Any:
         length = len(round_ids)
         if length not in self._compiled:
-            data, keys, hyper = self._args
+            data = self._args[0]
             start = time.perf_counter()
             with _mesh_context(self._mesh):
                 self._compiled[length] = _compile(
-                    self._jitted.lower(run.carry, data, round_ids, keys, hyper), self._batched)
+                    self._jitted.lower(carry, data, round_ids, keys, hyper), self._batched)
             run.timing["compile"] += time.perf_counter() - start
             analysis = self._compiled[length].memory_analysis()
             temp = int(getattr(analysis, "temp_size_in_bytes", 0) or 0)
@@ -296,18 +301,38 @@ class RoundChunks:
     def __call__(self, run: Run, end: int) -> dict[str, np.ndarray]:
         """Runs rounds ``[run.done, end)``; returns their metrics, each ``[length(, S)]``."""
         round_ids = jnp.arange(run.done, end, dtype=jnp.int32)
-        executable = self._executable(run, round_ids)
         data, keys, hyper = self._args
-        start = time.perf_counter()
-        run.carry, metrics = executable(run.carry, data, round_ids, keys, hyper)
-        jax.block_until_ready(run.carry)
-        run.timing["run"] += time.perf_counter() - start
+        if self._loop:
+            metrics = self._each_run(run, round_ids)
+        else:
+            executable = self._executable(run, round_ids, run.carry, keys, hyper)
+            start = time.perf_counter()
+            run.carry, metrics = executable(run.carry, data, round_ids, keys, hyper)
+            jax.block_until_ready(run.carry)
+            run.timing["run"] += time.perf_counter() - start
         run.chunks.append(to_host(metrics))
         run.done = end
         for i, h in enumerate(np.atleast_1d(to_host(run.carry[2]))):
             if h != _HEALTHY and run.diverged[i] is None:
                 run.diverged[i] = int(h)
         return run.chunks[-1]
+
+    def _each_run(self, run: Run, round_ids: jax.Array) -> Any:
+        """The ``"loop"`` layout: the single-run program over each run's slice of the stacked
+        carry, written back in place; the metrics stacked as a runs axis ``[length, S]``."""
+        data, keys, hyper = self._args
+        metrics = []
+        for i in range(len(run.seeds)):  # one run's state copy alive at a time
+            carry, run_keys, run_hyper = jax.tree.map(lambda a, i=i: a[i],
+                                                      (run.carry, keys, hyper))
+            executable = self._executable(run, round_ids, carry, run_keys, run_hyper)
+            start = time.perf_counter()
+            carry, chunk = executable(carry, data, round_ids, run_keys, run_hyper)
+            run.carry = self._put(run.carry, i, carry)
+            jax.block_until_ready(run.carry)
+            run.timing["run"] += time.perf_counter() - start
+            metrics.append(chunk)
+        return jax.tree.map(lambda *each: jnp.stack(each, axis=1), *metrics)
 
 
 def _prepare(run: Run, prepare: Callable[..., Any], task: Task, placement: Placement,
@@ -386,7 +411,7 @@ def simulate(
     checkpoint_keep: Count = KEEP,
     slot_length: Positive = 1.0,
     max_virtual_time: Positive | None = None,
-    runs_layout: Literal["auto", "vmap", "map"] = "auto",
+    runs_layout: Literal["auto", "vmap", "map", "loop"] = "auto",
 ) -> Result | list[Result]:
     """Runs ``rounds`` rounds of ``algorithm`` under ``availability``; round r uses mask r.
 
@@ -399,11 +424,11 @@ def simulate(
       seed: one seed for everything (model init, availability, selection, batches). Round r's
         randomness depends on (seed, r) only, so results are bit-identical whatever
         ``eval_every``, ``client_chunk`` or checkpointing. A list of seeds runs them all in one
-        compiled program (a vmapped runs axis over the whole state, the data shared) and returns
-        a list of :class:`Result`, one per seed, each equal to ``simulate(..., seed=s)`` (see
-        the README for the tolerance). ``algorithm`` and ``availability`` may also be lists,
-        aligned with the seeds run by run (:mod:`fedjax_avail.runs`: hyperparameter values in
-        one program).
+        compiled program (a runs axis over the whole state, the data shared; ``runs_layout``)
+        and returns a list of :class:`Result`, one per seed, each equal to
+        ``simulate(..., seed=s)`` (see the README for the tolerance). ``algorithm`` and
+        ``availability`` may also be lists, aligned with the seeds run by run
+        (:mod:`fedjax_avail.runs`: hyperparameter values in one program).
       eval_every: evaluate every this many rounds (and after round 0 and the last round).
       test_data: optional held-out examples (a dict of ``[M, ...]`` arrays or FederatedData).
       client_chunk: train the cohort in sequential chunks of this many clients (memory bound).
@@ -451,11 +476,13 @@ def simulate(
         (the call returns when every run is done). None: rounds only.
       runs_layout: how several runs share the compiled program
         (:func:`fedjax_avail.cohort.runs_layout`): ``"vmap"`` batches them into every
-        operation (accelerators: S runs in about one's time), ``"map"`` runs them one after
-        the other inside each compiled round (a ``lax.map``: on a CPU, S runs in S runs' time
-        rather than more), ``"auto"`` (default) picks ``"map"`` on a CPU and ``"vmap"``
-        elsewhere. Every run's result equals its separate run's either way, up to float
-        reordering (README).
+        operation (accelerators: S runs in about one's time); ``"loop"`` compiles one run's
+        program once and runs each run's chunk of rounds with it in turn (each run's result
+        then equals its separate run's bit for bit; no mesh); ``"map"`` runs them one after
+        the other inside each compiled round (a ``lax.map``); ``"auto"`` (default) picks
+        ``"loop"`` on a CPU without a mesh and ``"vmap"`` otherwise. Evaluation is batched
+        over the runs in every layout. Every run's result equals its separate run's up to
+        float reordering (README).
 
     Returns:
       a :class:`Result` (a list of them for a list of seeds). ``history`` holds ``train_loss``
@@ -480,7 +507,7 @@ def simulate(
         ``checkpoint_dir`` is set; ``.result`` keeps the history so far.
     """
     start_time = time.perf_counter()
-    layout = cohort_lib.runs_layout(runs_layout)
+    layout = cohort_lib.runs_layout(runs_layout, mesh)
     runs = _runs_of(seed, algorithm, availability)
     algorithm, availability = runs.algorithms[0], runs.processes[0]
     test_arrays = inputs.check_simulate_args(

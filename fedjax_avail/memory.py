@@ -101,7 +101,7 @@ def estimate_memory(
     test_data: Mapping[str, Any] | FederatedData | None = None,
     client_chunk: int | None = None,
     runs: int = 1,
-    runs_layout: Literal["vmap", "map"] = "vmap",
+    runs_layout: Literal["vmap", "map", "loop"] = "vmap",
 ) -> MemoryEstimate:
     """Predicts the device bytes a :func:`fedjax_avail.simulate` run holds, by term.
 
@@ -114,7 +114,7 @@ def estimate_memory(
         larger; the data is shared.
       runs_layout: ``simulate``'s layout of those runs (resolved: :func:`fedjax_avail.cohort.
         runs_layout`): ``"vmap"`` trains them at once (the working sets S times larger),
-        ``"map"`` one after the other (one run's working sets).
+        ``"map"`` and ``"loop"`` one after the other (one run's working sets).
 
     Returns:
       a :class:`MemoryEstimate`; ``.total`` is the sum, ``.describe()`` a readable breakdown.
@@ -122,7 +122,7 @@ def estimate_memory(
     Raises:
       TypeError: ``data`` is not a :class:`fedjax_avail.FederatedData`.
       ValueError: ``runs`` is not an integer >= 1, ``client_chunk`` not None or >= 1, or
-        ``runs_layout`` not one of "vmap", "map".
+        ``runs_layout`` not one of "vmap", "map", "loop".
 
     Example:
       >>> est = fa.estimate_memory(task, fd, fa.algorithms.FedLaAvg(clients_per_round=100))
@@ -133,8 +133,8 @@ def estimate_memory(
                         f"(...)), got {type(data).__name__}")
     check_int("runs", runs)
     check_optional_int("client_chunk", client_chunk)
-    if runs_layout not in ("vmap", "map"):
-        raise ValueError(f"runs_layout must be 'vmap' or 'map', got {runs_layout!r}")
+    if runs_layout not in ("vmap", "map", "loop"):
+        raise ValueError(f"runs_layout must be 'vmap', 'map' or 'loop', got {runs_layout!r}")
     at_once = runs if runs_layout == "vmap" else 1  # runs whose working sets are live at once
     num_clients = data.num_clients
     key = jax.eval_shape(lambda: _keys.run_keys(0).params)  # abstract: shaping computes nothing

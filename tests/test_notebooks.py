@@ -35,6 +35,12 @@ def _repository() -> str:
     return project["urls"]["Repository"]
 
 
+def _jax_range() -> str:
+    """The version range pyproject.toml gives jax (e.g. ``>=0.7.1,<0.12``)."""
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    return next(d.removeprefix("jax") for d in deps if d.startswith("jax>="))
+
+
 def test_every_notebook_has_small_settings():
     assert [p.name for p in NOTEBOOKS] == sorted(SMALL)
 
@@ -52,6 +58,11 @@ def test_notebook_is_stored_clean_and_opens_in_colab(path):
     assert badge in "".join(cells[0]["source"])
     install = "".join(cells[1]["source"])
     assert f"git+{repository}" in install and "find_spec(\"fedjax_avail\")" in install
+    # On a GPU runtime (Colab) the install keeps a CUDA JAX: the extra exists and is asked for.
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert extras["cuda12"] == ["jax[cuda12]" + _jax_range()]
+    assert '"[cuda12]" if shutil.which("nvidia-smi")' in install
     tagged = [c for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])]
     assert len(tagged) == 1 and "".join(tagged[0]["source"]).startswith("# settings")
 

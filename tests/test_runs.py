@@ -76,7 +76,7 @@ def test_runs_resume_from_their_checkpoint(setting, tmp_path):
         assert a.history.rows == b.history.rows
 
 
-@pytest.mark.parametrize("layout", ["map", "vmap"])
+@pytest.mark.parametrize("layout", ["loop", "map", "vmap"])
 def test_each_runs_layout_gives_every_run_its_separate_result(setting, layout):
     # FedLaAvg (a per-client table in the state) with LeastRecent selection, and FedAvg with
     # DivFL (a prepare pass before round 0): every run of the runs axis is its separate run.
@@ -93,15 +93,22 @@ def test_each_runs_layout_gives_every_run_its_separate_result(setting, layout):
                                           alone.round_metrics["num_available"])
             np.testing.assert_allclose(result.history["train_loss"],
                                        alone.history["train_loss"], rtol=1e-5)
+            if layout == "loop":  # the very program of a single run: bit for bit
+                np.testing.assert_array_equal(_flat(result.params), _flat(alone.params))
+                for name, values in alone.round_metrics.items():
+                    np.testing.assert_array_equal(result.round_metrics[name], values)
 
 
-def test_the_automatic_runs_layout_is_one_run_at_a_time_on_a_cpu_and_batched_elsewhere(
+def test_the_automatic_runs_layout_loops_over_runs_on_a_cpu_and_batches_elsewhere(
         monkeypatch):
-    assert fa.cohort.runs_layout("auto") == ("map" if jax.default_backend() == "cpu"
-                                             else "vmap")
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+    assert fa.cohort.runs_layout("auto") == "loop"
+    assert fa.cohort.runs_layout("auto", mesh=object()) == "vmap"
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     assert fa.cohort.runs_layout("auto") == "vmap"
     assert fa.cohort.runs_layout("map") == "map"
+    with pytest.raises(ValueError, match="'loop' runs without a mesh"):
+        fa.cohort.runs_layout("loop", mesh=object())
 
 
 def test_an_unknown_runs_layout_is_refused_by_name_before_compute(setting):
