@@ -38,6 +38,22 @@ def test_table_term_is_n_times_p_times_4_bytes():
     assert est.terms["data"] == 6 * 784 + 6 * 4 + 8 * 6
 
 
+def test_runs_multiply_the_state_and_only_batched_runs_multiply_the_working_sets():
+    fd = fa.FederatedData(arrays={"x": np.zeros((6, 784), np.uint8), "y": np.zeros(6, np.int32)},
+                          offsets=np.arange(6, dtype=np.int32), counts=np.ones(6, np.int32))
+    task = fa.tasks.logistic_regression(784, 10)
+    alg = fa.algorithms.FedLaAvg(clients_per_round=2)
+    one = fa.estimate_memory(task, fd, alg).terms
+    for layout, working in (("vmap", 4), ("map", 1), ("loop", 1)):
+        four = fa.estimate_memory(task, fd, alg, runs=4, runs_layout=layout).terms
+        assert four["per_client_tables"] == 4 * one["per_client_tables"], layout
+        assert four["server_state"] == 4 * one["server_state"], layout
+        assert four["cohort_working_set"] == working * one["cohort_working_set"] > 0, layout
+        assert four["data"] == one["data"], layout
+    with pytest.raises(ValueError, match="runs_layout must be 'vmap', 'map' or 'loop'"):
+        fa.estimate_memory(task, fd, alg, runs=2, runs_layout="auto")
+
+
 def test_a_run_that_cannot_fit_is_refused_before_allocating(monkeypatch):
     n = 10**6  # FedLaAvg's [N, P] float32 table for MNIST logistic regression: 31.4 GB
     x = np.broadcast_to(np.zeros((1, 784), np.uint8), (n, 784))  # allocates nothing

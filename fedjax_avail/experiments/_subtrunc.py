@@ -85,7 +85,7 @@ SUBTRUNC_MNIST = Experiment(
     choices={"algorithms": METHODS, "model": MODELS, "normalize": NORMALIZE},
     measured=(
         "`fedjax-avail run subtrunc-mnist --set model=lr --set lr=0.1` (2026-11-25, 2-core CPU, "
-        "2.7 min; docs/results/subtrunc-mnist-lr): test acc / client dissimilarity [%], mean +- "
+        "1.3 min; docs/results/subtrunc-mnist-lr): test acc / client dissimilarity [%], mean +- "
         "std over 5 seeds: random 89.86 +- 0.77 / 4.56 +- 1.28, poc 86.62 +- 1.36 / 6.54 +- "
         "1.06, divfl 90.78 +- 0.09 / 3.55 +- 0.15, subtrunc 90.79 +- 0.07 / 3.44 +- 0.09, "
         "unionfl 90.78 +- 0.19 / 3.64 +- 0.23 (paper, LeNet: 82.99 / 9.16, 82.42 / 8.59, 82.16 / "
