@@ -35,18 +35,20 @@ RUNS_LAYOUTS = ("auto", "vmap", "map", "loop")
 
 
 def runs_layout(layout: str = "auto", mesh: Any = None) -> str:
-    """The layout of a runs axis: ``"auto"`` is ``"loop"`` on a CPU without a device mesh and
-    ``"vmap"`` otherwise; any other value is checked and returned.
+    """The layout of a runs axis: ``"auto"`` is ``"loop"`` on a CPU without a device mesh,
+    ``"map"`` on a CPU with one, ``"vmap"`` on accelerators; any other value is checked and
+    returned.
 
     ``"vmap"`` batches the S runs into every operation: on an accelerator S runs cost about
     one's time (H100: 8 seeds 1.00x one seed's wall time). On XLA:CPU it turns each batched
     matmul of the cohort into one with two batch dimensions, and S runs took more than S
-    separate runs' time (8 seeds of FedAvg: 1.20x a loop of 8 calls). ``"loop"`` (the engine,
-    :class:`fedjax_avail.engine.RoundChunks`) compiles one run's program once and runs each
-    run's chunk of rounds with it in turn: a single run's kernels, each run's result bit for
-    bit its separate run's. ``"map"`` runs them one after the other inside each compiled round
-    (a ``lax.map`` in :func:`map_runs`), which copies each run's state in and out every round.
-    Measured side by side in ``benchmarks/run_axis.py``.
+    separate runs' time (8 seeds: 1.05x (FedAvg) and 1.26x (FedLaAvg) a loop of 8 calls).
+    ``"loop"`` (the engine, :class:`fedjax_avail.engine.RoundChunks`) compiles one run's program
+    once and runs each run's chunk of rounds with it in turn: a single run's kernels, each run's
+    model and per-round metrics bit for bit its separate run's (0.59-0.60x the loop of calls).
+    ``"map"`` runs them one after the other inside each compiled round (a ``lax.map`` in
+    :func:`map_runs`), which copies each run's state in and out every round; it also runs under
+    a mesh. Measured side by side in ``benchmarks/run_axis.py``.
     """
     if layout not in RUNS_LAYOUTS:
         raise ValueError(f"runs_layout must be one of {RUNS_LAYOUTS}, got {layout!r}")
@@ -54,7 +56,9 @@ def runs_layout(layout: str = "auto", mesh: Any = None) -> str:
         raise ValueError("runs_layout='loop' runs without a mesh; with a mesh use 'vmap' or "
                          "'map' (or 'auto')")
     if layout == "auto":
-        return "loop" if jax.default_backend() == "cpu" and mesh is None else "vmap"
+        if jax.default_backend() != "cpu":
+            return "vmap"
+        return "loop" if mesh is None else "map"
     return layout
 
 
@@ -70,6 +74,8 @@ def map_runs(fn: Callable[..., Any], in_axes: tuple[int | None, ...],
     """
     if layout == "vmap":
         return jax.vmap(fn, in_axes=in_axes)
+    if any(axis not in (0, None) for axis in in_axes):
+        raise ValueError(f"map_runs maps over axis 0 (or None) only, got in_axes={in_axes}")
     mapped = [i for i, axis in enumerate(in_axes) if axis is not None]
 
     def one_at_a_time(*args):

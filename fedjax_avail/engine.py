@@ -219,6 +219,12 @@ def _place(carry: Any, data: FederatedData, mesh: Mesh | None, several: bool
             Placement(jax.device_put(data, data_shardings), carry_shardings, data_shardings))
 
 
+@functools.partial(jax.jit, donate_argnums=0)
+def _put_run(stacked: Any, i: jax.Array, one: Any) -> Any:
+    """``stacked`` (a runs axis ``[S, ...]``) with run ``i`` replaced by ``one``, in place."""
+    return jax.tree.map(lambda a, b: a.at[i].set(b), stacked, one)
+
+
 class RoundChunks:
     """Rounds ``[run.done, end)`` as one compiled ``lax.scan``, one compilation per length.
 
@@ -280,8 +286,6 @@ class RoundChunks:
         self._compiled: dict[int, Any] = {}
         self._args = (placement.data, keys, hyper)
         self._mesh, self._batched = mesh, runs.several and layout == "vmap"
-        self._put = jax.jit(lambda stacked, i, one: jax.tree.map(
-            lambda a, b: a.at[i].set(b), stacked, one), donate_argnums=0)
 
     def _executable(self, run: Run, round_ids: jax.Array, carry: Any, keys: Any,
                     hyper: dict[str, jax.Array]) -> Any:
@@ -328,7 +332,7 @@ class RoundChunks:
             executable = self._executable(run, round_ids, carry, run_keys, run_hyper)
             start = time.perf_counter()
             carry, chunk = executable(carry, data, round_ids, run_keys, run_hyper)
-            run.carry = self._put(run.carry, i, carry)
+            run.carry = _put_run(run.carry, i, carry)
             jax.block_until_ready(run.carry)
             run.timing["run"] += time.perf_counter() - start
             metrics.append(chunk)
@@ -345,19 +349,27 @@ def _prepare(run: Run, prepare: Callable[..., Any], task: Task, placement: Place
     def prepare_state(state, data):
         return prepare(state, Problem(task, data, client_chunk))
 
-    prepare_fn = (cohort_lib.map_runs(prepare_state, (0, None), layout) if run.several
-                  else prepare_state)
+    loop = run.several and layout == "loop"  # the single-run pass, for each run in turn
+    prepare_fn = (cohort_lib.map_runs(prepare_state, (0, None), layout)
+                  if run.several and not loop else prepare_state)
     placed = {} if mesh is None else dict(out_shardings=placement.carry_shardings[0])
+    state = run.carry[0]
+    first = jax.tree.map(lambda a: a[0], state) if loop else state
     with _mesh_context(mesh):
         # donated: the state may hold [N, P] tables, which must not exist twice
         executable = jax.jit(prepare_fn, donate_argnums=0, keep_unused=True,
-                             **placed).lower(run.carry[0], placement.data).compile()
+                             **placed).lower(first, placement.data).compile()
     analysis = executable.memory_analysis()
     run.memory["working_set"] = sum(int(getattr(analysis, name, 0) or 0) for name in (
         "temp_size_in_bytes", "output_size_in_bytes")) - int(
             getattr(analysis, "alias_size_in_bytes", 0) or 0)
-    run.carry = (jax.block_until_ready(executable(run.carry[0], placement.data)),
-                 *run.carry[1:])
+    if loop:
+        for i in range(len(run.seeds)):
+            state = _put_run(state, i, executable(jax.tree.map(lambda a, i=i: a[i], state),
+                                             placement.data))
+    else:
+        state = executable(state, placement.data)
+    run.carry = (jax.block_until_ready(state), *run.carry[1:])
     run.timing["prepare"] = time.perf_counter() - start
     finite = cohort_lib.map_runs(_finite, (0,)) if run.several else _finite
     return np.atleast_1d(to_host(jax.jit(finite)(run.carry[0])))
@@ -477,12 +489,13 @@ def simulate(
       runs_layout: how several runs share the compiled program
         (:func:`fedjax_avail.cohort.runs_layout`): ``"vmap"`` batches them into every
         operation (accelerators: S runs in about one's time); ``"loop"`` compiles one run's
-        program once and runs each run's chunk of rounds with it in turn (each run's result
-        then equals its separate run's bit for bit; no mesh); ``"map"`` runs them one after
-        the other inside each compiled round (a ``lax.map``); ``"auto"`` (default) picks
-        ``"loop"`` on a CPU without a mesh and ``"vmap"`` otherwise. Evaluation is batched
-        over the runs in every layout. Every run's result equals its separate run's up to
-        float reordering (README).
+        program once and runs each run's chunk of rounds with it in turn (each run's model and
+        ``round_metrics`` then equal its separate run's bit for bit; no mesh); ``"map"`` runs
+        them one after the other inside each compiled round (a ``lax.map``); ``"auto"``
+        (default): ``"loop"`` on a CPU, ``"map"`` on a CPU with a mesh, ``"vmap"`` on
+        accelerators. Evaluation is batched over the runs in every layout, so ``history``
+        equals a separate run's up to float reordering (README), as do the models of
+        ``"vmap"`` and ``"map"``.
 
     Returns:
       a :class:`Result` (a list of them for a list of seeds). ``history`` holds ``train_loss``
@@ -507,8 +520,9 @@ def simulate(
         ``checkpoint_dir`` is set; ``.result`` keeps the history so far.
     """
     start_time = time.perf_counter()
-    layout = cohort_lib.runs_layout(runs_layout, mesh)
+    cohort_lib.runs_layout(runs_layout)  # its name, checked first
     runs = _runs_of(seed, algorithm, availability)
+    layout = cohort_lib.runs_layout(runs_layout, mesh if runs.several else None)
     algorithm, availability = runs.algorithms[0], runs.processes[0]
     test_arrays = inputs.check_simulate_args(
         task, data, algorithm, availability, rounds, runs.seeds, eval_every, test_data,

@@ -111,10 +111,12 @@ def estimate_memory(
     Args:
       task, data, algorithm, availability, test_data, client_chunk: as for ``simulate``.
       runs: S, runs in one program (``simulate(seed=[...])``): every state term is S times
-        larger; the data is shared.
+        larger (plus the copies the layout makes, below); the data is shared.
       runs_layout: ``simulate``'s layout of those runs (resolved: :func:`fedjax_avail.cohort.
         runs_layout`): ``"vmap"`` trains them at once (the working sets S times larger),
-        ``"map"`` and ``"loop"`` one after the other (one run's working sets).
+        ``"map"`` and ``"loop"`` one after the other (one run's working sets), ``"map"``
+        holding a second copy of every run's state (``lax.map``'s stacked output) and
+        ``"loop"`` one more run's state (the slice being trained).
 
     Returns:
       a :class:`MemoryEstimate`; ``.total`` is the sum, ``.describe()`` a readable breakdown.
@@ -136,6 +138,9 @@ def estimate_memory(
     if runs_layout not in ("vmap", "map", "loop"):
         raise ValueError(f"runs_layout must be 'vmap', 'map' or 'loop', got {runs_layout!r}")
     at_once = runs if runs_layout == "vmap" else 1  # runs whose working sets are live at once
+    # extra run states alive: "map" stacks every run's new state beside the old one (lax.map
+    # cannot write over its input), "loop" holds the slice of the run being trained
+    copies = {"vmap": 0, "map": runs, "loop": 1}[runs_layout] if runs > 1 else 0
     num_clients = data.num_clients
     key = jax.eval_shape(lambda: _keys.run_keys(0).params)  # abstract: shaping computes nothing
     params = jax.eval_shape(task.init, key)
@@ -162,9 +167,9 @@ def estimate_memory(
     terms = {
         "data": _arrays_bytes(data.arrays) + 8 * num_clients,
         "test_data": _arrays_bytes(test),
-        "server_state": runs * server,
-        "per_client_tables": runs * sum(tables.values()),
-        "availability_state": runs * avail,
+        "server_state": (runs + copies) * server,
+        "per_client_tables": (runs + copies) * sum(tables.values()),
+        "availability_state": (runs + copies) * avail,
         "cohort_working_set": at_once * working,
         "full_batch_working_set": at_once * full_batch_bytes(
             task, data, params, getattr(algorithm, "selection", None),

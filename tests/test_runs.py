@@ -103,7 +103,7 @@ def test_the_automatic_runs_layout_loops_over_runs_on_a_cpu_and_batches_elsewher
         monkeypatch):
     monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
     assert fa.cohort.runs_layout("auto") == "loop"
-    assert fa.cohort.runs_layout("auto", mesh=object()) == "vmap"
+    assert fa.cohort.runs_layout("auto", mesh=object()) == "map"
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     assert fa.cohort.runs_layout("auto") == "vmap"
     assert fa.cohort.runs_layout("map") == "map"
