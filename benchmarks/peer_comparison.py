@@ -72,6 +72,8 @@ from typing import Any
 import jax
 import numpy as np
 from _common import ClientLoop, machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+from flax import linen as nn
+from peers import cifar10_shape
 from peers._timing import round_figures
 from peers.export_partition import DEFAULT_OUT as DEFAULT_PARTITION
 from peers.export_partition import partition_arrays, summary, write_npz
@@ -85,6 +87,7 @@ DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "peer_comparison.json"
 DEFAULT_FEDJAX_PYTHON = Path("/work/venvs/fedjax/bin/python")
 DEFAULT_FLOWER_PYTHON = Path("/work/venvs/flower/bin/python")
 DEFAULT_FEDJAX_MODERN_SITE = Path("/work/venvs/fedjax_modern_site")
+DEFAULT_PFL_PYTHON = Path("/work/venvs/pfl/bin/python")
 
 # FedLaAvg's MNIST setting, run with FedAvg and every client always available.
 NUM_CLIENTS = 1000
@@ -97,6 +100,7 @@ SEED = 0
 
 TARGET_SPEEDUP_VS_FEDJAX = 30.0
 TARGET_SPEEDUP_VS_FLOWER = 300.0
+TARGET_SPEEDUP_VS_PFL = 10.0
 
 
 def default_data_dir() -> Path:
@@ -145,6 +149,87 @@ def run_ours(task: fa.Task, fd: fa.FederatedData, rounds: int, repeats: int,
         "runs": runs,
         "train_loss_after": best["final_train_loss"],
         "rounds_run": rounds,
+    }
+
+
+class PflSimpleCNN(nn.Module):
+    """pfl's ``simple_cnn`` (``peers/cifar10_shape.py``): two 3 x 3 convolutions (32, 64, no
+    padding) with ReLU, 2 x 2 max pooling, 128 ReLU units, 10 outputs; Glorot-uniform weights.
+    XLA:CPU is slow at this model's kernel gradients inside loops (``benchmarks/README.md``)."""
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        glorot = nn.initializers.xavier_uniform()
+        x = nn.relu(nn.Conv(32, (3, 3), padding="VALID", kernel_init=glorot)(x))
+        x = nn.relu(nn.Conv(64, (3, 3), padding="VALID", kernel_init=glorot)(x))
+        x = nn.max_pool(x, (2, 2), (2, 2)).reshape((x.shape[0], -1))
+        x = nn.relu(nn.Dense(128, kernel_init=glorot)(x))
+        return nn.Dense(cifar10_shape.NUM_CLASSES, kernel_init=glorot)(x)
+
+
+def run_ours_cifar10(rounds: int, repeats: int, client_chunk: int | None) -> dict[str, Any]:
+    """Ours on pfl's CIFAR-10 shape: FedAvg with K = 50, 5 local steps of batches of 10 at lr
+    0.1 (one epoch's worth of 50 images; ours samples batches with replacement), server lr 1,
+    pfl's CNN; ``client_chunk`` clients of the cohort at a time (None: all 50 under ``vmap``).
+    ``s_per_round`` is the best of ``repeats`` runs of ``rounds`` rounds."""
+    x, y, client = cifar10_shape.synthetic_clients()
+    fd = fa.FederatedData.from_arrays({"x": x, "y": y.astype(np.int32)}, client)
+    task = fa.tasks.classification(PflSimpleCNN(), cifar10_shape.IMAGE_SHAPE)
+    algorithm = fa.algorithms.FedAvg(
+        clients_per_round=cifar10_shape.COHORT, local_steps=cifar10_shape.LOCAL_STEPS,
+        batch_size=cifar10_shape.BATCH_SIZE, client_lr=cifar10_shape.CLIENT_LR,
+        server_lr=cifar10_shape.SERVER_LR)
+    runs = []
+    for _ in range(repeats):
+        result = fa.simulate(task, fd, algorithm, fa.availability.AlwaysOn(), rounds=rounds,
+                             seed=SEED, eval_every=rounds, client_chunk=client_chunk,
+                             train_eval_examples=5000)
+        runs.append({"compile_s": result.timing["compile"], "run_s": result.timing["run"],
+                     "eval_s": result.timing["eval"], "s_per_round": result.timing["s_per_round"],
+                     "train_loss": float(result.history.rows[-1]["train_loss"])})
+    best = min(runs, key=lambda r: r["s_per_round"])
+    num_params = sum(int(np.size(leaf)) for leaf in jax.tree.leaves(result.params))
+    return {"system": "ours" if client_chunk is None else f"ours, client_chunk={client_chunk}",
+            "client_chunk": client_chunk, "rounds": rounds, "repeats": repeats,
+            "s_per_round": best["s_per_round"], "runs": runs, "num_params": num_params,
+            "train_loss_after": best["train_loss"], "rounds_run": rounds}
+
+
+def cifar10_workload(args: argparse.Namespace) -> dict[str, Any]:
+    """pfl's CIFAR-10 benchmark shape: ours (the whole cohort under ``vmap``, and one client at
+    a time) and pfl, side by side; the ratios pfl / ours per round."""
+    print(f"cifar10 shape: ours, {args.cifar_rounds} rounds x {args.cifar_repeats} ...",
+          flush=True)
+    ours = run_ours_cifar10(args.cifar_rounds, args.cifar_repeats, None)
+    print("cifar10 shape: ours, client_chunk=1 ...", flush=True)
+    ours_chunked = run_ours_cifar10(args.cifar_rounds, args.cifar_repeats, 1)
+    print(f"cifar10 shape: pfl, 1 warm-up + {args.cifar_pfl_rounds} rounds ...", flush=True)
+    pfl = run_peer("pfl", args.pfl_python, args.partition, args.cifar_pfl_rounds,
+                   args.peer_timeout, ["--workload", "cifar10"])
+    best = min(ours["s_per_round"], ours_chunked["s_per_round"])
+    ok = pfl["status"] == "ok"
+    ratio = pfl["s_per_round"] / best if ok else None
+    return {
+        "config": {
+            "num_clients": cifar10_shape.NUM_CLIENTS,
+            "images_per_client": cifar10_shape.IMAGES_PER_CLIENT,
+            "image_shape": list(cifar10_shape.IMAGE_SHAPE), "pixels": "synthetic N(0, 1)",
+            "model": "pfl simple_cnn without dropout", "num_params": cifar10_shape.NUM_PARAMS,
+            "cohort": cifar10_shape.COHORT, "local_steps": cifar10_shape.LOCAL_STEPS,
+            "batch_size": cifar10_shape.BATCH_SIZE, "client_lr": cifar10_shape.CLIENT_LR,
+            "server_lr": cifar10_shape.SERVER_LR, "ours_rounds": args.cifar_rounds,
+            "pfl_rounds": args.cifar_pfl_rounds,
+        },
+        "ours": ours,
+        "ours_client_chunk_1": ours_chunked,
+        "pfl": pfl,
+        "same_model": ok and pfl["num_params"] == ours["num_params"] == cifar10_shape.NUM_PARAMS,
+        "ratios": {"pfl_over_ours": pfl["s_per_round"] / ours["s_per_round"] if ok else None,
+                   "pfl_over_ours_client_chunk_1":
+                       pfl["s_per_round"] / ours_chunked["s_per_round"] if ok else None,
+                   "pfl_over_best_ours": ratio},
+        "target_speedup_vs_pfl": TARGET_SPEEDUP_VS_PFL,
+        "target_met": None if ratio is None else ratio >= TARGET_SPEEDUP_VS_PFL,
     }
 
 
@@ -272,10 +357,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--loop-rounds", type=int, default=5, help="per-client loop rounds timed")
     parser.add_argument("--fedjax-rounds", type=int, default=20, help="FedJAX rounds timed")
     parser.add_argument("--flower-rounds", type=int, default=5, help="Flower rounds timed")
+    parser.add_argument("--pfl-rounds", type=int, default=5, help="pfl rounds timed (MNIST)")
+    parser.add_argument("--cifar-repeats", type=int, default=1,
+                        help="ours' runs on the CIFAR-10 shape (best is kept)")
+    parser.add_argument("--cifar-rounds", type=int, default=3,
+                        help="rounds of each of ours' runs on the CIFAR-10 shape")
+    parser.add_argument("--cifar-pfl-rounds", type=int, default=3,
+                        help="pfl rounds timed on the CIFAR-10 shape")
+    parser.add_argument("--no-cifar", action="store_true",
+                        help="skip the CIFAR-10-shape workload (ours and pfl)")
     parser.add_argument("--fedjax-python", type=Path, default=DEFAULT_FEDJAX_PYTHON,
                         help="python of the FedJAX venv")
     parser.add_argument("--flower-python", type=Path, default=DEFAULT_FLOWER_PYTHON,
                         help="python of the Flower venv")
+    parser.add_argument("--pfl-python", type=Path, default=DEFAULT_PFL_PYTHON,
+                        help="python of the pfl venv")
     parser.add_argument("--fedjax-modern-site", type=Path, default=DEFAULT_FEDJAX_MODERN_SITE,
                         help="FedJAX for this venv's JAX (setup.sh fedjax-modern)")
     parser.add_argument("--flower-cpus-per-client", type=float, default=1.0,
@@ -295,12 +391,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="(internal) print run_ours' figures as JSON on --devices devices")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: --rounds 50 --repeats 1 --loop-rounds 2 "
-                             "--fedjax-rounds 3 --flower-rounds 2")
+                             "--fedjax-rounds 3 --flower-rounds 2 --pfl-rounds 2 "
+                             "--cifar-rounds 3 --cifar-pfl-rounds 1")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.repeats, args.loop_rounds = 50, 1, 2
-        args.fedjax_rounds, args.flower_rounds = 3, 2
-    for name in ("rounds", "repeats", "loop_rounds", "fedjax_rounds", "flower_rounds"):
+        args.fedjax_rounds, args.flower_rounds, args.pfl_rounds = 3, 2, 2
+        args.cifar_rounds, args.cifar_pfl_rounds = 3, 1
+    for name in ("rounds", "repeats", "loop_rounds", "fedjax_rounds", "flower_rounds",
+                 "pfl_rounds", "cifar_repeats", "cifar_rounds", "cifar_pfl_rounds"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     return args
@@ -313,7 +412,7 @@ def print_table(payload: dict[str, Any]) -> None:
             ("per-client jit loop", payload["loop"]),
             ("FedJAX 0.0.17", payload["fedjax"]),
             (f"FedJAX, JAX {jax.__version__}", payload["fedjax_modern"]),
-            ("Flower", payload["flower"])]
+            ("Flower", payload["flower"]), ("pfl", payload["pfl"])]
     print(f"{'system':<22} {'s/round':>10} {'ms/round':>10} {'rounds':>7} {'x ours':>9}  "
           "train loss after")
     ours = payload["ours"]["s_per_round"]
@@ -325,6 +424,20 @@ def print_table(payload: dict[str, Any]) -> None:
         timed = figures.get("rounds_timed", figures.get("rounds"))
         print(f"{label:<22} {s:>10.4f} {s * 1e3:>10.2f} {timed:>7} {s / ours:>8.1f}x  "
               f"{figures['train_loss_after']:.4f} (round {figures['rounds_run']})")
+
+
+def print_cifar10(figures: dict[str, Any]) -> None:
+    """The CIFAR-10-shape workload's s/round of ours (both cohort layouts) and pfl."""
+    print("CIFAR-10 shape (1000 clients x 50 images, cohort 50, pfl's CNN):")
+    ours = min(figures["ours"]["s_per_round"], figures["ours_client_chunk_1"]["s_per_round"])
+    for label, f in (("ours, cohort vmapped", figures["ours"]),
+                     ("ours, client_chunk=1", figures["ours_client_chunk_1"]),
+                     ("pfl (PyTorch)", figures["pfl"])):
+        if f.get("status", "ok") != "ok":
+            print(f"  {label:<22} {f['status']}: {f['reason']}")
+            continue
+        print(f"  {label:<22} {f['s_per_round']:>8.3f} s/round {f['s_per_round'] / ours:>7.2f}x"
+              f"  params {f['num_params']:,}")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -363,6 +476,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ("fedjax_modern", Path(sys.executable), args.fedjax_rounds, [], "fedjax",
          args.fedjax_modern_site),
         ("flower", args.flower_python, args.flower_rounds, flower_extra, None, None),
+        ("pfl", args.pfl_python, args.pfl_rounds, ["--workload", "mnist"], None, None),
     ):
         print(f"{name}: {python}, 1 warm-up + {rounds} rounds ...", flush=True)
         peers[name] = run_peer(name, python, args.partition, rounds, args.peer_timeout, extra,
@@ -373,6 +487,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     # Ours' training loss after the rounds each of the others ran (the check that all train).
     check_rounds = sorted({f["rounds_run"] for f in (loop, *peers.values()) if "rounds_run" in f})
     ours_loss = ours_loss_at(task, fd, check_rounds) if check_rounds else {}
+    cifar10 = None if args.no_cifar else cifar10_workload(args)
 
     ratios: dict[str, float | None] = {}
     cores_ok = ours_cores["status"] == "ok"
@@ -406,6 +521,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "rounds": args.rounds, "repeats": args.repeats, "loop_rounds": args.loop_rounds,
             "fedjax_rounds": args.fedjax_rounds, "flower_rounds": args.flower_rounds,
             "flower_cpus_per_client": args.flower_cpus_per_client,
+            "pfl_rounds": args.pfl_rounds,
             "seed": SEED, "quick": args.quick,
         },
         "versions": versions(),
@@ -423,7 +539,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "speedup_vs_flower": TARGET_SPEEDUP_VS_FLOWER,
             "speedup_vs_flower_met": met(ratios[f"flower_over_ours{best}"],
                                          TARGET_SPEEDUP_VS_FLOWER),
+            "speedup_vs_pfl": TARGET_SPEEDUP_VS_PFL,
+            "speedup_vs_pfl_met": met(ratios[f"pfl_over_ours{best}"], TARGET_SPEEDUP_VS_PFL),
+            "speedup_vs_pfl_cifar10_met": None if cifar10 is None else cifar10["target_met"],
         },
+        "cifar10_shape": cifar10,
     }
     write_json(args.out, payload)
 
@@ -441,7 +561,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     tg = payload["targets"]
     print(f"targets: >= {TARGET_SPEEDUP_VS_FEDJAX:.0f}x vs FedJAX: "
           f"{verdict(tg['speedup_vs_fedjax_met'])}; >= {TARGET_SPEEDUP_VS_FLOWER:.0f}x vs "
-          f"Flower: {verdict(tg['speedup_vs_flower_met'])}")
+          f"Flower: {verdict(tg['speedup_vs_flower_met'])}; >= {TARGET_SPEEDUP_VS_PFL:.0f}x vs "
+          f"pfl: {verdict(tg['speedup_vs_pfl_met'])} (MNIST), "
+          f"{verdict(tg['speedup_vs_pfl_cifar10_met'])} (CIFAR-10 shape)")
+    if cifar10 is not None:
+        print_cifar10(cifar10)
     print(f"wrote {args.out}")
     return payload
 

@@ -252,8 +252,22 @@ def _layer_outputs(jaxpr: Any, every_step: bool) -> int:
             total += sum(math.prod(v.aval.shape) for v in eqn.outvars)
         steps = eqn.params.get("length", 1) if every_step and eqn.primitive.name == "scan" else 1
         total += steps * sum(_layer_outputs(sub, every_step)
-                             for sub in jax_core.jaxprs_in_params(eqn.params))
+                             for sub in _sub_jaxprs(eqn.params.values()))
     return total
+
+
+def _sub_jaxprs(values: Any) -> list[Any]:
+    """The jaxprs among an equation's parameter ``values`` (a ``cond``'s branches are a tuple).
+    Newer JAX has ``jax.extend.core.jaxprs_in_params``; 0.7.1, the floor, does not."""
+    found = []
+    for value in values:
+        if isinstance(value, jax_core.ClosedJaxpr):
+            found.append(value.jaxpr)
+        elif isinstance(value, jax_core.Jaxpr):
+            found.append(value)
+        elif isinstance(value, (tuple, list)):
+            found.extend(_sub_jaxprs(value))
+    return found
 
 
 def cohort_size(algorithm: Any, num_clients: int) -> int:

@@ -83,7 +83,10 @@ def test_dropout_loses_updates_of_selected_clients(digits):
     alg = fa.algorithms.FedLaAvg(clients_per_round=20, local_steps=1, batch_size=2)
     base = fa.simulate(task, fd, alg, fa.availability.AlwaysOn(), rounds=5, seed=1)
     same = fa.simulate(task, fd, alg, dropout(fa.availability.AlwaysOn(), 0.0), rounds=5, seed=1)
-    np.testing.assert_array_equal(_flat(base.params), _flat(same.params))
+    # Every report arrives: the same participation; the same model up to float reordering (the
+    # mask's multiply may fuse differently: bit for bit on JAX 0.10, 7e-10 apart on 0.7).
+    np.testing.assert_array_equal(same.state.last_round, base.state.last_round)
+    np.testing.assert_allclose(_flat(same.params), _flat(base.params), rtol=1e-5, atol=1e-8)
     gone = fa.simulate(task, fd, alg, dropout(fa.availability.AlwaysOn(), 1.0), rounds=5, seed=1)
     np.testing.assert_array_equal(_flat(gone.params), _flat(task.init(jax.random.PRNGKey(0))))
     assert (gone.state.last_round == -1).all()

@@ -76,7 +76,8 @@ def test_runs_resume_from_their_checkpoint(setting, tmp_path):
         assert a.history.rows == b.history.rows
 
 
-@pytest.mark.parametrize("layout", ["loop", "map", "vmap"])
+@pytest.mark.parametrize("layout", ["loop", pytest.param("map", marks=pytest.mark.slow),
+                                    pytest.param("vmap", marks=pytest.mark.slow)])
 def test_each_runs_layout_gives_every_run_its_separate_result(setting, layout):
     # FedLaAvg (a per-client table in the state) with LeastRecent selection, and FedAvg with
     # DivFL (a prepare pass before round 0): every run of the runs axis is its separate run.

@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
-# Creates the two virtual environments of the peer comparison (benchmarks/peer_comparison.py):
+# Creates the virtual environments of the peer comparison (benchmarks/peer_comparison.py):
 #
 #   $FEDJAX_VENV (default /work/venvs/fedjax): FedJAX 0.0.17 on JAX 0.4.13 (the last JAX that
 #       FedJAX 0.0.17's code and its haiku / optax / chex pins run on).
 #   $FLOWER_VENV (default /work/venvs/flower): Flower with its Ray simulation engine, and numpy.
+#   $PFL_VENV (default /work/venvs/pfl): pfl-research (`pfl`, Apple) with its PyTorch backend, on
+#       the CPU build of PyTorch 2.13.0 (a plain `torch` requirement would pull a CUDA build of
+#       several GB on Linux).
 #   $FEDJAX_MODERN_SITE (default /work/venvs/fedjax_modern_site): stock FedJAX 0.0.17 and its
 #       pure-Python dependencies for the project's own (current) JAX, put on PYTHONPATH with
 #       jax_compat/sitecustomize.py (the `fedjax_modern` row; also how FedJAX ran on the GPU).
 #
-# Both use python3.11 (override with $PYTHON). Idempotent: a venv whose packages already import
+# All use python3.11 (override with $PYTHON). Idempotent: a venv whose packages already import
 # at the pinned versions is left as it is; otherwise it is created if missing and pip installs
 # the pins into it. Only PyPI is used.
 #
-# Usage: bash benchmarks/peers/setup.sh [fedjax|flower|fedjax-modern|all]   (default all)
+# Usage: bash benchmarks/peers/setup.sh [fedjax|flower|pfl|fedjax-modern|all]   (default all)
 set -euo pipefail
 
 PYTHON="${PYTHON:-python3.11}"
 FEDJAX_VENV="${FEDJAX_VENV:-/work/venvs/fedjax}"
 FLOWER_VENV="${FLOWER_VENV:-/work/venvs/flower}"
+PFL_VENV="${PFL_VENV:-/work/venvs/pfl}"
 FEDJAX_MODERN_SITE="${FEDJAX_MODERN_SITE:-/work/venvs/fedjax_modern_site}"
 MODERN_PYTHON="${MODERN_PYTHON:-.venv/bin/python}"  # the project's venv (run from the repo root)
 
@@ -30,6 +34,9 @@ FEDJAX_PINS=(
 # package index does not have yet. 1.41.0 pulls ray 2.55.1 through its [simulation] extra.
 FLOWER_VERSION="1.41.0"
 FLOWER_PINS=("flwr[simulation]==${FLOWER_VERSION}" "numpy")
+# pfl 0.6.0 (the newest) allows torch >=2.0.1,<3; 2.13.0+cpu is the CPU wheel.
+PFL_VERSION="0.6.0"
+PFL_PINS=("torch==2.13.0" "pfl[pytorch]==${PFL_VERSION}")
 
 # check_venv VENV PYTHON_CODE: true when VENV's python runs PYTHON_CODE without error.
 check_venv() {
@@ -76,6 +83,13 @@ from importlib.metadata import version
 assert version('flwr') == '${FLOWER_VERSION}', 'version'" "flwr ray numpy" "${FLOWER_PINS[@]}"
 }
 
+setup_pfl() {
+  ensure_venv pfl "$PFL_VENV" "import pfl, torch
+from pfl.model.pytorch import PyTorchModel
+from importlib.metadata import version
+assert version('pfl') == '${PFL_VERSION}', 'version'" "pfl torch numpy" "${PFL_PINS[@]}"
+}
+
 setup_fedjax_modern() {
   "$MODERN_PYTHON" -m pip install --quiet --no-deps --upgrade --target "$FEDJAX_MODERN_SITE" \
     "fedjax==0.0.17" "dm-haiku==0.0.17" "jmp==0.0.4" "tabulate"
@@ -88,7 +102,8 @@ print('fedjax', v('fedjax'), 'on jax', jax.__version__)"
 case "${1:-all}" in
   fedjax) setup_fedjax ;;
   flower) setup_flower ;;
+  pfl) setup_pfl ;;
   fedjax-modern) setup_fedjax_modern ;;
-  all) setup_fedjax; setup_flower; setup_fedjax_modern ;;
-  *) echo "usage: $0 [fedjax|flower|fedjax-modern|all]" >&2; exit 2 ;;
+  all) setup_fedjax; setup_flower; setup_pfl; setup_fedjax_modern ;;
+  *) echo "usage: $0 [fedjax|flower|pfl|fedjax-modern|all]" >&2; exit 2 ;;
 esac
