@@ -233,7 +233,7 @@ class RoundChunks:
     chunk's per-round metrics.
     """
 
-    def __init__(self, task: Task, runs: Runs, client_chunk: int | None, keys: Any,
+    def __init__(self, task: Task, runs: Runs, chunks: tuple[int | None, int | None], keys: Any,
                  hyper: dict[str, jax.Array], mesh: Mesh | None, placement: Placement,
                  slot_length: float = 1.0, max_virtual_time: float | None = None,
                  layout: str = "vmap"):
@@ -252,7 +252,7 @@ class RoundChunks:
             reports = reports_of(availability, mask, r, _keys.availability_key(keys, r))
             round_input = RoundInput(r, mask, _keys.algorithm_key(keys, r), reports,
                                      timeline, cursor)
-            out = alg.round(alg_state, round_input, Problem(task, data, client_chunk))
+            out = alg.round(alg_state, round_input, Problem(task, data, *chunks))
             (alg_state, metrics), cursor = (out[:2], out[2]) if moves_time else (out, cursor)
             if "virtual_time" not in metrics:  # one slot a round
                 metrics["virtual_time"] = (r + 1).astype(jnp.float32) * jnp.float32(slot_length)
@@ -340,14 +340,15 @@ class RoundChunks:
 
 
 def _prepare(run: Run, prepare: Callable[..., Any], task: Task, placement: Placement,
-             client_chunk: int | None, mesh: Mesh | None, layout: str) -> np.ndarray:
+             chunks: tuple[int | None, int | None], mesh: Mesh | None,
+             layout: str) -> np.ndarray:
     """An algorithm's one-off pass before round 0 (DivFL's gradients of all clients) on the
     state in ``run.carry``, timed as ``prepare`` (compile included); returns, per run, whether
     the prepared state is finite."""
     start = time.perf_counter()
 
     def prepare_state(state, data):
-        return prepare(state, Problem(task, data, client_chunk))
+        return prepare(state, Problem(task, data, *chunks))
 
     loop = run.several and layout == "loop"  # the single-run pass, for each run in turn
     prepare_fn = (cohort_lib.map_runs(prepare_state, (0, None), layout)
@@ -410,7 +411,7 @@ def simulate(
     eval_every: Count = 20,
     test_data: FederatedData | Mapping[str, np.ndarray] | None = None,
     *,
-    client_chunk: Count | None = None,
+    client_chunk: Count | Literal["auto"] | None = "auto",
     eval_batch_size: Count = 4096,
     progress: bool = False,
     desc: str | None = None,
@@ -443,7 +444,13 @@ def simulate(
         (:mod:`fedjax_avail.runs`: hyperparameter values in one program).
       eval_every: evaluate every this many rounds (and after round 0 and the last round).
       test_data: optional held-out examples (a dict of ``[M, ...]`` arrays or FederatedData).
-      client_chunk: train the cohort in sequential chunks of this many clients (memory bound).
+      client_chunk: train the cohort in sequential chunks of this many clients, and hold at
+        most this many clients' full batches at once (a memory bound); None: the whole cohort
+        in one ``vmap``. ``"auto"`` (default): one ``vmap`` on accelerators; on a CPU, chunks
+        of at most ``fedjax_avail.memory.CPU_CHUNK_BYTES`` of members' working sets when the
+        cohort is larger (XLA:CPU's batched small products slow down past the cache: MNIST
+        logistic regression chunks K = 1000 into 20 of 50), no bound on full-batch passes
+        (:func:`fedjax_avail.memory.client_chunks`). Results match up to float reordering.
       eval_batch_size: examples per evaluation block.
       progress: show progress: rounds/s and ETA from the round time (compile excluded), the
         training loss; a bar on a terminal, a line every 30 s otherwise.
@@ -528,6 +535,7 @@ def simulate(
         task, data, algorithm, availability, rounds, runs.seeds, eval_every, test_data,
         client_chunk, eval_batch_size, checkpoint_every, train_eval_examples)
     hyper = _swept_values(runs, data.num_clients)
+    chunks = memory.client_chunks(client_chunk, task, data, algorithm)
     estimate = memory.estimate_memory(task, data, algorithm, availability, test_data=test_arrays,
                                       client_chunk=client_chunk, runs=len(runs.seeds),
                                       runs_layout=layout)
@@ -543,7 +551,8 @@ def simulate(
             seed=runs.seeds if runs.several else seed, eval_every=eval_every,
             data=(data.arrays, data.counts), test_data=test_arrays,
             train_eval_examples=train_eval_examples, eval_batch_size=eval_batch_size,
-            client_chunk=client_chunk, mesh=_mesh_layout(mesh), slot_length=slot_length,
+            client_chunk=chunks[0] if chunks[0] == chunks[1] else list(chunks),
+            mesh=_mesh_layout(mesh), slot_length=slot_length,
             max_virtual_time=max_virtual_time,
             **({"runs_layout": layout} if runs.several else {}),
             model=jax.eval_shape(lambda params: params, carry[0].params), **_environment()),
@@ -556,8 +565,8 @@ def simulate(
     restored = checkpointing.restore(run) if checkpointing else False
     evaluation = RunEvaluation(task, placement.data, test_arrays, test_data, eval_batch_size,
                                train_eval_examples, runs.several)
-    chunks = RoundChunks(task, runs, client_chunk, keys, hyper, mesh, placement, slot_length,
-                         max_virtual_time, layout)
+    round_chunks = RoundChunks(task, runs, chunks, keys, hyper, mesh, placement, slot_length,
+                               max_virtual_time, layout)
     every = (eval_every,) + ((checkpointing.every,) if checkpointing else ())
     hooks = [StopOnCtrlC(checkpointing.directory if checkpointing else None), held,
              ProgressDisplay(progress, max_virtual_time), *callbacks, DivergenceGuard(),
@@ -571,14 +580,14 @@ def simulate(
         run.timing["compile"] += time.perf_counter() - compile_start
         if not restored:
             prepare = getattr(algorithm, "prepare", None)
-            prepared = (_prepare(run, prepare, task, placement, client_chunk, mesh, layout)
+            prepared = (_prepare(run, prepare, task, placement, chunks, mesh, layout)
                         if prepare is not None else np.ones(1, bool))
             dispatch(hooks, "on_evaluation", run, evaluation(run))
             _check_prepared(run, prepared)
         for end in _boundaries(run.done, rounds, every):
             if run.stop_reason is not None:
                 break
-            metrics = chunks(run, end)
+            metrics = round_chunks(run, end)
             if end % eval_every == 0 or end == rounds or (
                     not runs.several and run.diverged[0] is not None):
                 dispatch(hooks, "on_evaluation", run, evaluation(run))

@@ -72,7 +72,8 @@ def check_simulate_args(
             raise ValueError(f"seed must be an integer in [0, 2^32) (or a list of them), got "
                              f"{value!r}")
 
-    check_optional_int("client_chunk", client_chunk)
+    if client_chunk != "auto":
+        check_optional_int("client_chunk", client_chunk)
     check_int("eval_batch_size", eval_batch_size)
     check_optional_int("checkpoint_every", checkpoint_every)
     check_optional_int("train_eval_examples", train_eval_examples)

@@ -28,7 +28,8 @@ class Problem(NamedTuple):
 
     task: Task
     data: FederatedData
-    client_chunk: int | None = None
+    client_chunk: int | None = None  # members trained at once (local SGD, gradients); None: all
+    full_batch_chunk: int | None = None  # members of a full-batch pass at once (:func:`full_batch`)
 
     def pooled(self) -> Problem:
         """The same problem with all examples pooled into one client (for centralised SGD)."""
@@ -170,14 +171,14 @@ def full_batch(
       problem, params, clients: as :func:`local_sgd`.
       with_grads: also the gradients (False: losses only).
       chunk: members computed at once (a ``lax.map`` of ``vmap`` s, bounding the activations
-        held to chunk x W examples); default ``problem.client_chunk``.
+        held to chunk x W examples); default ``problem.full_batch_chunk``.
       block: the most rows of one member held at once (static), >= 1.
 
     Returns:
       ``([K, P] flat gradients or None, [K] losses)``.
     """
     width = block_width(problem.data.max_count, block)
-    chunk = problem.client_chunk if chunk is None else chunk
+    chunk = problem.full_batch_chunk if chunk is None else chunk
     x0, unravel = ravel_pytree(params)
     data = jax.tree.map(jnp.asarray, problem.data)
     one_block = width == problem.data.max_count

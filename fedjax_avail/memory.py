@@ -42,6 +42,12 @@ from fedjax_avail.selection import DivFL, PowerOfChoice
 from fedjax_avail.selection._submodular import ALL_CLIENTS_CHUNK
 from fedjax_avail.tasks import Task
 
+# A CPU trains the cohort in chunks of at most this many bytes of members' working sets
+# (client_chunk="auto"). Measured on 2 cores with AVX-512, FedAvg K = 100 or 1000: the fastest
+# chunks held 3.5-14 MB (logistic regression: 25-100 members; 200 members, 28 MB, were 2.7x
+# slower) and 6.4-13 MB (MLP 784-200-200-10: 2-4 members; one vmap of 100, 3.4x slower);
+# LeNet-5's rounds, bound by its convolutions, took 2.1-2.9 s at K = 100 for every chunk.
+CPU_CHUNK_BYTES = 8 * 2**20
 _WORKING_COPIES = 4  # P-sized float32 vectors per cohort member: x, x0, grad, delta
 _LAYER_OPS = ("dot_general", "conv_general_dilated", "gather", "scan")  # output activations
 _BACKWARD_COPIES = 3  # each activation with gradients: its value, its cotangent, one scratch
@@ -99,7 +105,7 @@ def estimate_memory(
     availability: Any = None,
     *,
     test_data: Mapping[str, Any] | FederatedData | None = None,
-    client_chunk: int | None = None,
+    client_chunk: int | Literal["auto"] | None = "auto",
     runs: int = 1,
     runs_layout: Literal["vmap", "map", "loop"] = "vmap",
 ) -> MemoryEstimate:
@@ -109,7 +115,9 @@ def estimate_memory(
     is traced (``jax.make_jaxpr``) on one example when the selection makes full-batch passes.
 
     Args:
-      task, data, algorithm, availability, test_data, client_chunk: as for ``simulate``.
+      task, data, algorithm, availability, test_data: as for ``simulate``.
+      client_chunk: as for ``simulate``; ``"auto"`` (default) is resolved as there
+        (:func:`client_chunks`).
       runs: S, runs in one program (``simulate(seed=[...])``): every state term is S times
         larger (plus the copies the layout makes, below); the data is shared.
       runs_layout: ``simulate``'s layout of those runs (resolved: :func:`fedjax_avail.cohort.
@@ -134,7 +142,6 @@ def estimate_memory(
         raise TypeError(f"data must be a FederatedData (e.g. FederatedData.from_client_arrays"
                         f"(...)), got {type(data).__name__}")
     check_int("runs", runs)
-    check_optional_int("client_chunk", client_chunk)
     if runs_layout not in ("vmap", "map", "loop"):
         raise ValueError(f"runs_layout must be 'vmap', 'map' or 'loop', got {runs_layout!r}")
     at_once = runs if runs_layout == "vmap" else 1  # runs whose working sets are live at once
@@ -158,12 +165,9 @@ def estimate_memory(
     avail = 0 if availability is None else _nbytes(
         jax.eval_shape(lambda k: availability.init(k, num_clients), key))
     test = test_data.arrays if isinstance(test_data, FederatedData) else test_data
+    train_chunk, full_batch_chunk = client_chunks(client_chunk, task, data, algorithm)
     cohort = cohort_size(algorithm, num_clients)
-    if client_chunk is not None:
-        cohort = min(cohort, client_chunk)
-    example = sum(math.prod(np.shape(a)[1:]) for a in data.arrays.values())
-    batch = getattr(algorithm, "batch_size", 1)
-    working = cohort * (_WORKING_COPIES * num_params + batch * example) * 4
+    working = min(cohort, train_chunk or cohort) * _member_bytes(num_params, data, algorithm)
     terms = {
         "data": _arrays_bytes(data.arrays) + 8 * num_clients,
         "test_data": _arrays_bytes(test),
@@ -173,9 +177,53 @@ def estimate_memory(
         "cohort_working_set": at_once * working,
         "full_batch_working_set": at_once * full_batch_bytes(
             task, data, params, getattr(algorithm, "selection", None),
-            cohort_size(algorithm, num_clients), client_chunk),
+            cohort_size(algorithm, num_clients), full_batch_chunk),
     }
     return MemoryEstimate(terms, {name: runs * size for name, size in tables.items()})
+
+
+def _member_bytes(num_params: int, data: FederatedData, algorithm: Any) -> int:
+    """Bytes one cohort member's local training holds: ``_WORKING_COPIES`` P-sized float32
+    vectors and one batch of B examples as float32."""
+    example = sum(math.prod(np.shape(a)[1:]) for a in data.arrays.values())
+    batch = getattr(algorithm, "batch_size", 1)
+    return (_WORKING_COPIES * num_params + batch * example) * 4
+
+
+def client_chunks(
+    client_chunk: int | Literal["auto"] | None, task: Task, data: FederatedData, algorithm: Any,
+    backend: str | None = None,
+) -> tuple[int | None, int | None]:
+    """``(train, full_batch)``: the cohort members trained at once by local SGD or gradients,
+    and the members a full-batch pass holds at once (:func:`fedjax_avail.local.full_batch`);
+    None: all at once (one ``vmap``).
+
+    An int or None is the user's memory bound and sets both. ``"auto"`` sets no bound on the
+    full-batch passes, and trains the cohort in one ``vmap`` on accelerators; on a CPU
+    (``backend``, default JAX's) in chunks of at most ``CPU_CHUNK_BYTES`` of members' working
+    sets (:func:`_member_bytes`), split evenly (K = 100 of at most 59 a chunk: 2 chunks of 50),
+    or in one ``vmap`` when the whole cohort fits. XLA:CPU runs a ``vmap`` of many small
+    products far slower per member once their working sets leave the cache (MNIST logistic
+    regression: K = 1000 cost 36x K = 100 in one ``vmap``, 9x in chunks of 50;
+    ``benchmarks/cohort_chunks.py``). Members compute the same arithmetic in any chunk, so
+    results match up to float reordering.
+
+    Raises:
+      ValueError: ``client_chunk`` is not None, "auto" or an integer >= 1.
+    """
+    if client_chunk != "auto":
+        check_optional_int("client_chunk", client_chunk)
+        return client_chunk, client_chunk
+    if (backend or jax.default_backend()) != "cpu":
+        return None, None
+    key = jax.eval_shape(lambda: _keys.run_keys(0).params)
+    params = jax.eval_shape(task.init, key)
+    num_params = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params))
+    most = max(1, CPU_CHUNK_BYTES // _member_bytes(num_params, data, algorithm))
+    members = cohort_size(algorithm, data.num_clients)
+    if most >= members:
+        return None, None
+    return -(-members // -(-members // most)), None
 
 
 def full_batch_passes(

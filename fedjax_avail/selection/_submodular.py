@@ -123,14 +123,14 @@ class DivFL:
         """Every client's gradient and loss at the initial model (DivFL's round 0), computed
         ``ALL_CLIENTS_CHUNK`` clients at a time."""
         grads, losses = full_batch(problem, params, jnp.arange(state.losses.shape[0]),
-                                   chunk=problem.client_chunk or ALL_CLIENTS_CHUNK)
+                                   chunk=problem.full_batch_chunk or ALL_CLIENTS_CHUNK)
         return state._replace(features=grads, losses=_poison(grads, losses))
 
     def select(self, state: FacilityState, context, k: int):
         if self.refresh == "available":
             grads, losses = full_batch(context.problem, context.params,
                                        jnp.arange(state.losses.shape[0]),
-                                       chunk=context.problem.client_chunk or ALL_CLIENTS_CHUNK)
+                                       chunk=context.problem.full_batch_chunk or ALL_CLIENTS_CHUNK)
             on = context.available
             state = state._replace(features=jnp.where(on[:, None], grads, state.features),
                                    losses=jnp.where(on, _poison(grads, losses), state.losses))
