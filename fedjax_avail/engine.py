@@ -446,10 +446,11 @@ def simulate(
       test_data: optional held-out examples (a dict of ``[M, ...]`` arrays or FederatedData).
       client_chunk: train the cohort in sequential chunks of this many clients, and hold at
         most this many clients' full batches at once (a memory bound); None: the whole cohort
-        in one ``vmap``. ``"auto"`` (default): one ``vmap`` on accelerators; on a CPU, chunks
-        of at most ``fedjax_avail.memory.CPU_CHUNK_BYTES`` of members' working sets when the
-        cohort is larger (XLA:CPU's batched small products slow down past the cache: MNIST
-        logistic regression chunks K = 1000 into 20 of 50), no bound on full-batch passes
+        in one ``vmap``. ``"auto"`` (default): one ``vmap`` on accelerators and under a
+        ``"cohort"`` mesh axis; on a CPU, chunks of at most
+        ``fedjax_avail.memory.CPU_CHUNK_BYTES`` of members' working sets when the cohort is
+        larger (XLA:CPU's batched small products slow down past the cache: MNIST logistic
+        regression trains K = 1000 in 17 chunks of 59), no bound on full-batch passes
         (:func:`fedjax_avail.memory.client_chunks`). Results match up to float reordering.
       eval_batch_size: examples per evaluation block.
       progress: show progress: rounds/s and ETA from the round time (compile excluded), the
@@ -535,10 +536,11 @@ def simulate(
         task, data, algorithm, availability, rounds, runs.seeds, eval_every, test_data,
         client_chunk, eval_batch_size, checkpoint_every, train_eval_examples)
     hyper = _swept_values(runs, data.num_clients)
-    chunks = memory.client_chunks(client_chunk, task, data, algorithm)
+    chunks = memory.client_chunks(client_chunk, task, data, algorithm, mesh=mesh,
+                                  runs_at_once=len(runs.seeds) if layout == "vmap" else 1)
     estimate = memory.estimate_memory(task, data, algorithm, availability, test_data=test_arrays,
                                       client_chunk=client_chunk, runs=len(runs.seeds),
-                                      runs_layout=layout)
+                                      runs_layout=layout, mesh=mesh)
     if check_memory:
         memory.check_fits(estimate, memory.available_bytes())
     held = MeasureHeld()  # before anything of the run is allocated

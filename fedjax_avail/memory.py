@@ -35,7 +35,7 @@ import numpy as np
 from jax.extend import core as jax_core
 
 from fedjax_avail import _keys
-from fedjax_avail._checks import check_int, check_optional_int
+from fedjax_avail._checks import check_int, is_int
 from fedjax_avail.data import FederatedData
 from fedjax_avail.local import block_width
 from fedjax_avail.selection import DivFL, PowerOfChoice
@@ -108,6 +108,7 @@ def estimate_memory(
     client_chunk: int | Literal["auto"] | None = "auto",
     runs: int = 1,
     runs_layout: Literal["vmap", "map", "loop"] = "vmap",
+    mesh: Any = None,
 ) -> MemoryEstimate:
     """Predicts the device bytes a :func:`fedjax_avail.simulate` run holds, by term.
 
@@ -125,13 +126,14 @@ def estimate_memory(
         ``"map"`` and ``"loop"`` one after the other (one run's working sets), ``"map"``
         holding a second copy of every run's state (``lax.map``'s stacked output) and
         ``"loop"`` one more run's state (the slice being trained).
+      mesh: ``simulate``'s device mesh (it decides ``"auto"``'s chunk: :func:`client_chunks`).
 
     Returns:
       a :class:`MemoryEstimate`; ``.total`` is the sum, ``.describe()`` a readable breakdown.
 
     Raises:
       TypeError: ``data`` is not a :class:`fedjax_avail.FederatedData`.
-      ValueError: ``runs`` is not an integer >= 1, ``client_chunk`` not None or >= 1, or
+      ValueError: ``runs`` is not an integer >= 1, ``client_chunk`` not None, "auto" or >= 1, or
         ``runs_layout`` not one of "vmap", "map", "loop".
 
     Example:
@@ -165,7 +167,8 @@ def estimate_memory(
     avail = 0 if availability is None else _nbytes(
         jax.eval_shape(lambda k: availability.init(k, num_clients), key))
     test = test_data.arrays if isinstance(test_data, FederatedData) else test_data
-    train_chunk, full_batch_chunk = client_chunks(client_chunk, task, data, algorithm)
+    train_chunk, full_batch_chunk = client_chunks(client_chunk, task, data, algorithm,
+                                                  runs_at_once=at_once, mesh=mesh)
     cohort = cohort_size(algorithm, num_clients)
     working = min(cohort, train_chunk or cohort) * _member_bytes(num_params, data, algorithm)
     terms = {
@@ -192,38 +195,49 @@ def _member_bytes(num_params: int, data: FederatedData, algorithm: Any) -> int:
 
 def client_chunks(
     client_chunk: int | Literal["auto"] | None, task: Task, data: FederatedData, algorithm: Any,
-    backend: str | None = None,
+    backend: str | None = None, *, runs_at_once: int = 1, mesh: Any = None,
 ) -> tuple[int | None, int | None]:
     """``(train, full_batch)``: the cohort members trained at once by local SGD or gradients,
     and the members a full-batch pass holds at once (:func:`fedjax_avail.local.full_batch`);
     None: all at once (one ``vmap``).
 
-    An int or None is the user's memory bound and sets both. ``"auto"`` sets no bound on the
-    full-batch passes, and trains the cohort in one ``vmap`` on accelerators; on a CPU
-    (``backend``, default JAX's) in chunks of at most ``CPU_CHUNK_BYTES`` of members' working
-    sets (:func:`_member_bytes`), split evenly (K = 100 of at most 59 a chunk: 2 chunks of 50),
-    or in one ``vmap`` when the whole cohort fits. XLA:CPU runs a ``vmap`` of many small
-    products far slower per member once their working sets leave the cache (MNIST logistic
-    regression: K = 1000 cost 36x K = 100 in one ``vmap``, 9x in chunks of 50;
-    ``benchmarks/cohort_chunks.py``). Members compute the same arithmetic in any chunk, so
-    results match up to float reordering.
+    An int or None is the user's memory bound and sets both. ``"auto"`` trains the cohort in
+    one ``vmap`` on accelerators and under a device mesh with a ``"cohort"`` axis (each device
+    trains its share); on a CPU (``backend``, default JAX's), when the members' working sets
+    (:func:`_member_bytes`, times ``runs_at_once``: runs batched by ``runs_layout="vmap"``)
+    pass ``CPU_CHUNK_BYTES``, in the fewest chunks under it, as even as they come (K = 100 of
+    at most 59 a chunk: 2 chunks of 50; K = 1000: 17 of 59, the last padded by 3). XLA:CPU
+    runs a ``vmap`` of many small products far slower per member once their working sets leave
+    the cache (MNIST logistic regression: K = 1000 took 36x K = 100 in one ``vmap``, 10x in
+    these chunks; ``benchmarks/cohort_chunks.py``). Members compute the same arithmetic in any
+    chunk, so results match up to float reordering. ``"auto"`` leaves the full-batch passes
+    of a selection that makes them (DivFL, SubTrunc, UnionFL, Power-of-Choice) unbounded
+    (None), as before; without such passes the second value repeats the first.
 
     Raises:
       ValueError: ``client_chunk`` is not None, "auto" or an integer >= 1.
     """
     if client_chunk != "auto":
-        check_optional_int("client_chunk", client_chunk)
+        if client_chunk is not None and not (is_int(client_chunk) and client_chunk >= 1):
+            raise ValueError(f"client_chunk must be None, 'auto' or an integer >= 1, got "
+                             f"{client_chunk!r}")
         return client_chunk, client_chunk
-    if (backend or jax.default_backend()) != "cpu":
+    cohort_axis = mesh is not None and "cohort" in mesh.axis_names
+    if (backend or jax.default_backend()) != "cpu" or cohort_axis:
         return None, None
     key = jax.eval_shape(lambda: _keys.run_keys(0).params)
     params = jax.eval_shape(task.init, key)
     num_params = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params))
-    most = max(1, CPU_CHUNK_BYTES // _member_bytes(num_params, data, algorithm))
-    members = cohort_size(algorithm, data.num_clients)
-    if most >= members:
+    member = _member_bytes(num_params, data, algorithm) * runs_at_once
+    most = max(1, CPU_CHUNK_BYTES // member)
+    n = data.num_clients
+    if most >= cohort_size(algorithm, n):
         return None, None
-    return -(-members // -(-members // most)), None
+    # split a round's K evenly (MIFA's authors-code fill round of all N reuses the chunk)
+    k = getattr(algorithm, "clients_per_round", None) or cohort_size(algorithm, n)
+    train = -(-k // -(-k // most)) if k > most else most
+    passes = full_batch_passes(getattr(algorithm, "selection", None), k, n, None)
+    return train, None if passes else train
 
 
 def full_batch_passes(

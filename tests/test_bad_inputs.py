@@ -212,6 +212,9 @@ def no_compilation(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("compiled before the bad input was reported")
 
+    # compile_or_get_cached: a program the session's compilation cache holds (conftest.py) is
+    # loaded there without reaching backend_compile_and_load
+    monkeypatch.setattr(jax._src.compiler, "compile_or_get_cached", refuse)
     monkeypatch.setattr(jax._src.compiler, "backend_compile_and_load", refuse)
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import fedjax_avail as fa
+from fedjax_avail import cohort as cohort_lib
 from fedjax_avail import memory
 
 LR_MEMBER = (4 * 7850 + 5 * 785) * 4  # 4 P-vectors, one batch of B = 5 rows (784 pixels, a label)
@@ -32,21 +33,35 @@ def test_auto_on_a_cpu_splits_the_cohort_evenly_into_chunks_that_fit_the_budget(
     task, fd = fa.tasks.logistic_regression(784, 10), _images(1000, 1)
     most = memory.CPU_CHUNK_BYTES // LR_MEMBER  # 59 members of MNIST logistic regression
     assert most == 59
-    train, full_batch = memory.client_chunks("auto", task, fd, _fedavg(k), backend="cpu")
-    assert (train, full_batch) == (chunk, None)
-    if chunk is not None:  # as few chunks as fit, as even as they come: no member is padding
-        assert chunk <= most and -(-k // chunk) == -(-k // most)
-        assert k % chunk == 0 or chunk * (-(-k // chunk)) - k < -(-k // chunk)
+    # no full-batch passes (uniform selection): the second value repeats the first
+    assert memory.client_chunks("auto", task, fd, _fedavg(k), backend="cpu") == (chunk, chunk)
+    divfl = fa.algorithms.FedAvg(clients_per_round=k, batch_size=5,
+                                 selection=fa.selection.DivFL())
+    assert memory.client_chunks("auto", task, fd, divfl, backend="cpu") == (chunk, None)
+    if chunk is not None:  # as few chunks as fit, as even as they come
+        blocks = -(-k // chunk)
+        assert chunk <= most and blocks == -(-k // most) and blocks * chunk - k < blocks
 
 
-def test_auto_is_one_vmap_off_the_cpu_and_an_explicit_value_bounds_both_passes():
-    task, fd, alg = fa.tasks.logistic_regression(784, 10), _images(1000, 1), _fedavg(1000)
+def test_auto_counts_batched_runs_and_leaves_a_cohort_mesh_and_accelerators_one_vmap():
+    task, fd, alg = fa.tasks.logistic_regression(784, 10), _images(1000, 1), _fedavg(100)
+    assert memory.client_chunks("auto", task, fd, alg, backend="cpu", runs_at_once=2) == (25, 25)
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("cohort",))
+    assert memory.client_chunks("auto", task, fd, alg, backend="cpu", mesh=mesh) == (None, None)
+    clients = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("clients",))
+    assert memory.client_chunks("auto", task, fd, alg, backend="cpu", mesh=clients) == (50, 50)
     assert memory.client_chunks("auto", task, fd, alg, backend="gpu") == (None, None)
+
+
+def test_an_explicit_value_bounds_both_passes_and_a_bad_one_is_refused_by_name():
+    task, fd, alg = fa.tasks.logistic_regression(784, 10), _images(1000, 1), _fedavg(1000)
     assert memory.client_chunks(7, task, fd, alg) == (7, 7)
     assert memory.client_chunks(None, task, fd, alg) == (None, None)
-    with pytest.raises(ValueError, match=r"client_chunk must be None or an integer >= 1.*got "
-                                         r"'all'"):
-        fa.simulate(task, fd, alg, fa.availability.AlwaysOn(), rounds=1, client_chunk="all")
+    for bad in ("all", 0, 2.5):
+        with pytest.raises(ValueError, match="client_chunk must be None.*'auto'.*integer >= 1"):
+            memory.client_chunks(bad, task, fd, alg)
+        with pytest.raises(ValueError, match="client_chunk must be None"):
+            fa.simulate(task, fd, alg, fa.availability.AlwaysOn(), rounds=1, client_chunk=bad)
 
 
 def test_the_estimate_counts_the_members_trained_at_once():
@@ -59,25 +74,34 @@ def test_the_estimate_counts_the_members_trained_at_once():
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="'auto' chunks on a CPU only")
-def test_auto_trains_in_its_chunks_and_matches_one_vmap_up_to_float_reordering():
-    task, fd, alg = fa.tasks.logistic_regression(784, 10), _images(64), _fedavg(64)
-    train, _ = memory.client_chunks("auto", task, fd, alg)
-    assert train == 32  # 64 members x 141 KB > 8 MiB: two chunks
+def test_auto_trains_in_its_chunks_and_matches_one_vmap_up_to_float_reordering(monkeypatch):
+    task, fd = fa.tasks.logistic_regression(784, 10), _images(64)
+    alg = fa.algorithms.FedAvg(clients_per_round=64, local_steps=2, batch_size=5,
+                               client_lr=0.01, selection=fa.selection.PowerOfChoice(d=64))
+    assert memory.client_chunks("auto", task, fd, alg) == (32, None)  # 64 x 141 KB > 8 MiB
+    seen = []  # (members, chunk) of every cohort map the engine traces
+    map_cohort = cohort_lib.map_cohort
+
+    def spy(fn, *args, chunk=None):
+        seen.append((jax.tree.leaves(args)[0].shape[0], chunk))
+        return map_cohort(fn, *args, chunk=chunk)
+
+    monkeypatch.setattr(cohort_lib, "map_cohort", spy)
 
     def run(chunk):
-        return fa.simulate(task, fd, alg, fa.availability.Bernoulli(0.9), rounds=3, seed=2,
-                           eval_every=3, client_chunk=chunk)
+        seen.clear()
+        result = fa.simulate(task, fd, alg, fa.availability.Bernoulli(0.9), rounds=3, seed=2,
+                             eval_every=3, client_chunk=chunk)
+        return result, sorted(set(seen), key=str)
 
-    auto, chunked, whole = run("auto"), run(32), run(None)
+    (auto, auto_maps), (whole, whole_maps) = run("auto"), run(None)
+    # training in chunks of 32; Power-of-Choice's full-batch losses of its 64 candidates whole
+    assert auto_maps == [(64, 32), (64, None)] and whole_maps == [(64, None)]
     flat = [np.concatenate([np.ravel(a) for a in jax.tree.leaves(r.params)])
-            for r in (auto, chunked, whole)]
-    np.testing.assert_array_equal(flat[0], flat[1])  # "auto" is client_chunk=32 here
-    np.testing.assert_allclose(flat[0], flat[2], rtol=1e-5, atol=1e-7)
+            for r in (auto, whole)]
+    np.testing.assert_allclose(flat[0], flat[1], rtol=1e-5, atol=1e-7)
     for name in ("num_available", "num_selected"):
         np.testing.assert_array_equal(auto.round_metrics[name], whole.round_metrics[name])
-    for run_, chunk in ((auto, 32), (whole, None)):  # what each run planned its memory for
-        assert run_.memory["estimated"] == fa.estimate_memory(
-            task, fd, alg, fa.availability.Bernoulli(0.9), client_chunk=chunk).total
     assert auto.memory["estimated"] < whole.memory["estimated"]
     loss = auto.history["train_loss"]
     assert loss[-1] < loss[0]  # the rounds trained (the comparison is not of idle models)
