@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import importlib.metadata
 import json
 import os
@@ -155,13 +156,16 @@ def run_ours(task: fa.Task, fd: fa.FederatedData, rounds: int, repeats: int,
 class PflSimpleCNN(nn.Module):
     """pfl's ``simple_cnn`` (``peers/cifar10_shape.py``): two 3 x 3 convolutions (32, 64, no
     padding) with ReLU, 2 x 2 max pooling, 128 ReLU units, 10 outputs; Glorot-uniform weights.
-    XLA:CPU is slow at this model's kernel gradients inside loops (``benchmarks/README.md``)."""
+    Its convolutions are ``fa.tasks.conv_general_dilated``, as a user's own model gets them
+    (XLA:CPU's own convolutions are slow inside loops: ``benchmarks/README.md``)."""
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         glorot = nn.initializers.xavier_uniform()
-        x = nn.relu(nn.Conv(32, (3, 3), padding="VALID", kernel_init=glorot)(x))
-        x = nn.relu(nn.Conv(64, (3, 3), padding="VALID", kernel_init=glorot)(x))
+        conv = functools.partial(nn.Conv, kernel_init=glorot, padding="VALID",
+                                 conv_general_dilated=fa.tasks.conv_general_dilated)
+        x = nn.relu(conv(32, (3, 3))(x))
+        x = nn.relu(conv(64, (3, 3))(x))
         x = nn.max_pool(x, (2, 2), (2, 2)).reshape((x.shape[0], -1))
         x = nn.relu(nn.Dense(128, kernel_init=glorot)(x))
         return nn.Dense(cifar10_shape.NUM_CLASSES, kernel_init=glorot)(x)

@@ -1,5 +1,6 @@
 """Tasks: model + loss + metrics as pure functions."""
 
+from fedjax_avail.tasks._conv import conv_general_dilated
 from fedjax_avail.tasks._lstm import LSTMClassifier, lstm_classifier
 from fedjax_avail.tasks._models import (
     CNN,
@@ -30,6 +31,7 @@ __all__ = [
     "celeba_cnn",
     "classification",
     "cnn",
+    "conv_general_dilated",
     "lenet5",
     "logistic_regression",
     "lstm_classifier",

@@ -1,0 +1,105 @@
+"""fa.tasks.conv_general_dilated: XLA's convolution computed as a matrix product on a CPU (fast
+inside loops); the values and both gradients are lax.conv_general_dilated's."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import linen as nn
+
+import fedjax_avail as fa
+from fedjax_avail.tasks import _conv
+
+NHWC = ("NHWC", "HWIO", "NHWC")
+
+
+def _reference(lhs, rhs, padding):
+    """An independent plain loop in float64: out[b, y, x, o] = sum over the window."""
+    kh, kw = rhs.shape[:2]
+    if isinstance(padding, str):
+        padding = jax.lax.padtype_to_pads(lhs.shape[1:3], (kh, kw), (1, 1), padding)
+    x = np.pad(np.asarray(lhs, np.float64), ((0, 0), *padding, (0, 0)))
+    h, w = x.shape[1] - kh + 1, x.shape[2] - kw + 1
+    out = np.zeros((x.shape[0], h, w, rhs.shape[3]))
+    for a in range(kh):
+        for b in range(kw):
+            window = x[:, a:a + h, b:b + w]
+            out += np.einsum("byxi,io->byxo", window, np.asarray(rhs, np.float64)[a, b])
+    return out
+
+
+@pytest.mark.parametrize("padding", ["VALID", "SAME", ((2, 0), (1, 3))])
+@pytest.mark.parametrize(("kernel", "channels"), [((3, 3), (3, 8)), ((5, 5), (1, 6)),
+                                                  ((2, 4), (4, 5))])
+def test_values_and_gradients_are_xlas_convolution(padding, kernel, channels):
+    rng = np.random.default_rng(0)
+    lhs = jnp.asarray(rng.standard_normal((2, 9, 11, channels[0]), np.float32))
+    rhs = jnp.asarray(rng.standard_normal((*kernel, *channels), np.float32))
+    assert _conv._as_matmul(lhs, rhs, (1, 1), None, None, NHWC, 1, 1) == (
+        jax.default_backend() == "cpu")
+    ours = _conv.conv_general_dilated(lhs, rhs, (1, 1), padding, dimension_numbers=NHWC)
+    xla = jax.lax.conv_general_dilated(lhs, rhs, (1, 1), padding, dimension_numbers=NHWC)
+    np.testing.assert_allclose(ours, _reference(lhs, rhs, padding), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ours, xla, rtol=1e-5, atol=1e-4)
+    g = jnp.asarray(rng.standard_normal(xla.shape, np.float32))
+
+    def pullback(conv):
+        return jax.vjp(lambda a, k: conv(a, k, (1, 1), padding, dimension_numbers=NHWC),
+                       lhs, rhs)[1](g)
+
+    for mine, theirs in zip(pullback(_conv.conv_general_dilated),
+                            pullback(jax.lax.conv_general_dilated), strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-3)
+
+
+def test_other_convolutions_are_xlas_own():
+    rng = np.random.default_rng(1)
+    lhs = jnp.asarray(rng.standard_normal((2, 8, 8, 4), np.float32))
+    rhs = jnp.asarray(rng.standard_normal((3, 3, 4, 6), np.float32))
+    for strides, rhs_dilation, groups, numbers in [((2, 2), None, 1, NHWC),
+                                                    ((1, 1), (2, 2), 1, NHWC),
+                                                    ((1, 1), None, 2, NHWC),
+                                                    ((1, 1), None, 1, None)]:
+        kernel = rhs[:, :, :2] if groups == 2 else rhs
+        image = jnp.moveaxis(lhs, -1, 1) if numbers is None else lhs  # lax's default: NCHW
+        weights = jnp.transpose(kernel, (3, 2, 0, 1)) if numbers is None else kernel
+        assert not _conv._as_matmul(image, weights, strides, None, rhs_dilation, numbers,
+                                    groups, 1)
+        args = (image, weights, strides, "SAME")
+        kwargs = dict(rhs_dilation=rhs_dilation, dimension_numbers=numbers,
+                      feature_group_count=groups)
+        np.testing.assert_array_equal(_conv.conv_general_dilated(*args, **kwargs),
+                                      jax.lax.conv_general_dilated(*args, **kwargs))
+
+
+def test_the_built_in_models_use_it_with_unchanged_parameters():
+    model = fa.tasks.LeNet5(10)
+    params = {"params": fa.tasks.lenet5((28, 28, 1)).init(jax.random.PRNGKey(0))}
+    assert sorted(params["params"]) == ["Conv_0", "Conv_1", "Dense_0", "Dense_1", "Dense_2"]
+
+    class Plain(nn.Module):  # LeNet-5 from flax's own convolution
+        @nn.compact
+        def __call__(self, x):
+            x = nn.max_pool(nn.relu(nn.Conv(6, (5, 5), padding="SAME")(x)), (2, 2), (2, 2))
+            x = nn.max_pool(nn.relu(nn.Conv(16, (5, 5), padding="VALID")(x)), (2, 2), (2, 2))
+            x = x.reshape((x.shape[0], -1))
+            x = nn.relu(nn.Dense(120)(x))
+            x = nn.relu(nn.Dense(84)(x))
+            return nn.Dense(10)(x)
+
+    images = jnp.asarray(np.random.default_rng(2).random((3, 28, 28, 1), np.float32))
+    np.testing.assert_allclose(model.apply(params, images), Plain().apply(params, images),
+                               rtol=1e-4, atol=1e-5)
+
+    def convolutions(module):
+        jaxpr = jax.make_jaxpr(lambda p: module.apply(p, images))(params)
+        return str(jaxpr).count("conv_general_dilated")
+
+    assert convolutions(Plain()) == 2
+    assert convolutions(model) == (0 if jax.default_backend() == "cpu" else 2)
+    for build in (fa.tasks.cnn, fa.tasks.lenet5):  # WKAFL's CNN and LeNet-5 alike
+        task = build((28, 28, 1))
+        p = task.init(jax.random.PRNGKey(0))
+        batch = {"x": np.zeros((2, 28, 28, 1), np.float32), "y": np.zeros(2, np.int32)}
+        text = str(jax.make_jaxpr(jax.grad(task.loss))(p, batch))
+        assert ("conv_general_dilated" in text) == (jax.default_backend() != "cpu")
