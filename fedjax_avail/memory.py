@@ -49,7 +49,9 @@ from fedjax_avail.tasks import Task
 # LeNet-5's rounds, bound by its convolutions, took 2.1-2.9 s at K = 100 for every chunk.
 CPU_CHUNK_BYTES = 8 * 2**20
 _WORKING_COPIES = 4  # P-sized float32 vectors per cohort member: x, x0, grad, delta
-_LAYER_OPS = ("dot_general", "conv_general_dilated", "gather", "scan")  # output activations
+# output activations; a concatenate of rank >= 3 is a CPU convolution's windows
+# (fedjax_avail.tasks.conv_general_dilated; an LSTM's concatenates are of rank 1 and 2)
+_LAYER_OPS = ("dot_general", "conv_general_dilated", "gather", "scan")
 _BACKWARD_COPIES = 3  # each activation with gradients: its value, its cotangent, one scratch
 
 
@@ -282,7 +284,8 @@ def full_batch_bytes(
     matmul. Against XLA:CPU's ``memory_analysis`` of a pass (8 members x 1,000 rows) this is
     within 10% for logistic regression, 1.2-1.8x above for an MLP, 1.6-2.2x above for the LSTM,
     1.2x above for LeNet-5's losses but 3x below its gradients (the backward pass of max
-    pooling keeps index arrays).
+    pooling keeps index arrays; measured with XLA's own convolutions, before the CPU ones held
+    their 25-150 windows per pixel, which are now counted).
     """
     passes = full_batch_passes(selection, k, data.num_clients, client_chunk)
     if not passes:
@@ -305,12 +308,14 @@ def full_batch_bytes(
 
 
 def _layer_outputs(jaxpr: Any, every_step: bool) -> int:
-    """Elements of the activations of ``jaxpr``: the outputs of its matmuls, convolutions,
-    gathers (embedding lookups) and scans (a recurrent layer's outputs), sub-jaxprs too; a
+    """Elements of the activations of ``jaxpr``: the outputs of its matmuls, convolutions (and
+    the windows of a CPU convolution, ``_LAYER_OPS``), gathers (embedding lookups) and scans (a
+    recurrent layer's outputs), sub-jaxprs too; a
     ``scan`` body's once per step if ``every_step`` (what the gradient keeps), else once."""
     total = 0
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name in _LAYER_OPS:
+        name = eqn.primitive.name
+        if name in _LAYER_OPS or (name == "concatenate" and eqn.outvars[0].aval.ndim >= 3):
             total += sum(math.prod(v.aval.shape) for v in eqn.outvars)
         steps = eqn.params.get("length", 1) if every_step and eqn.primitive.name == "scan" else 1
         total += steps * sum(_layer_outputs(sub, every_step)

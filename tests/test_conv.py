@@ -103,3 +103,59 @@ def test_the_built_in_models_use_it_with_unchanged_parameters():
         batch = {"x": np.zeros((2, 28, 28, 1), np.float32), "y": np.zeros(2, np.int32)}
         text = str(jax.make_jaxpr(jax.grad(task.loss))(p, batch))
         assert ("conv_general_dilated" in text) == (jax.default_backend() != "cpu")
+
+
+@pytest.mark.parametrize(("kernel", "shape"), [((3,), (2, 9, 3)), ((3, 3), (9, 9, 3)),
+                                               ((3, 3), (2, 2, 9, 9, 3)),
+                                               ((2, 2, 2), (2, 5, 5, 5, 3))])
+def test_flax_conv_with_it_equals_flax_conv_for_any_rank_and_batch_shape(kernel, shape):
+    x = jnp.asarray(np.random.default_rng(3).standard_normal(shape, np.float32))
+    plain = nn.Conv(4, kernel, padding="SAME")
+    ours = nn.Conv(4, kernel, padding="SAME", conv_general_dilated=fa.tasks.conv_general_dilated)
+    params = plain.init(jax.random.PRNGKey(0), x)
+    np.testing.assert_allclose(ours.apply(params, x), plain.apply(params, x), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_a_kernel_larger_than_the_image_or_mixed_dtypes_are_xlas_own():
+    lhs = jnp.ones((1, 3, 3, 2), jnp.float32)
+    for rhs, padding in ((jnp.ones((5, 5, 2, 4), jnp.float32), "VALID"),
+                         (jnp.ones((3, 3, 2, 4), jnp.bfloat16), "SAME")):
+        args = (lhs, rhs, (1, 1), padding)
+        try:
+            expected = jax.lax.conv_general_dilated(*args, dimension_numbers=NHWC)
+        except TypeError as error:  # lax refuses mixed dtypes: so must we, with its message
+            with pytest.raises(TypeError, match=str(error)[:30]):
+                _conv.conv_general_dilated(*args, dimension_numbers=NHWC)
+            continue
+        np.testing.assert_array_equal(
+            _conv.conv_general_dilated(*args, dimension_numbers=NHWC), expected)
+
+
+def test_the_memory_estimate_counts_the_windows_of_a_cpu_convolution():
+    task = fa.tasks.lenet5((28, 28, 1))
+    params = task.init(jax.random.PRNGKey(0))
+    one = {"x": jax.ShapeDtypeStruct((1, 28, 28, 1), jnp.uint8),
+           "y": jax.ShapeDtypeStruct((1,), jnp.int32)}
+    jaxpr = jax.make_jaxpr(task.loss)(params, one).jaxpr
+    convolutions = 28 * 28 * 6 + 10 * 10 * 16  # the two layers' outputs
+    dense = 120 + 84 + 10 + 1  # the dense layers' outputs and the label's one-hot gather
+    windows = 28 * 28 * 25 + 10 * 10 * 150 if jax.default_backend() == "cpu" else 0
+    assert fa.memory._layer_outputs(jaxpr, False) - convolutions - windows in range(dense - 5,
+                                                                                   dense + 15)
+    # the LSTM's concatenates (its gates' kernels, in the scan body) are of rank 1 and 2
+    lstm = fa.tasks.lstm_classifier(100, embeddings=np.zeros((100, 25), np.float32))
+    tokens = {"x": jax.ShapeDtypeStruct((1, 25), jnp.int32),
+              "y": jax.ShapeDtypeStruct((1,), jnp.int32)}
+    grad = jax.grad(lstm.loss)
+    ranks = []
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "concatenate":
+                ranks.append(eqn.outvars[0].aval.ndim)
+            for sub in fa.memory._sub_jaxprs(eqn.params.values()):
+                walk(sub)
+
+    walk(jax.make_jaxpr(grad)(lstm.init(jax.random.PRNGKey(0)), tokens).jaxpr)
+    assert ranks and max(ranks) <= 2

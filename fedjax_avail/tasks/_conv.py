@@ -14,11 +14,12 @@ KH KW I]``, times the kernel as a ``[KH KW I, O]`` matrix. Slices, a concatenati
 (``benchmarks/README.md``). It holds ``KH KW`` copies of each image while it runs.
 
 It applies on the CPU backend to unit-stride, undilated, ungrouped 2-D convolutions in NHWC/
-HWIO layout with non-negative padding (flax ``nn.Conv``'s defaults and every convolution of the
-built-in models); any other convolution, and every convolution on an accelerator (cuDNN's
-kernels are fast in loops), is ``lax.conv_general_dilated`` unchanged. Values match up to float
-reordering. A Flax model of your own gets it with
-``nn.Conv(..., conv_general_dilated=fa.tasks.conv_general_dilated)``.
+HWIO layout with non-negative padding, operands of one dtype and a non-empty output (flax
+``nn.Conv``'s defaults and every convolution of the built-in models); any other convolution, and
+every convolution on an accelerator (cuDNN's kernels are fast in loops), is
+``lax.conv_general_dilated`` unchanged. Values match up to float reordering. A Flax model of
+your own gets it with ``nn.Conv(..., conv_general_dilated=fa.tasks.conv_general_dilated)``
+(flax marks that attribute deprecated; a module of your own may call this function instead).
 """
 
 from __future__ import annotations
@@ -39,10 +40,12 @@ def _as_matmul(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int],
                dimension_numbers: Any, feature_group_count: int,
                batch_group_count: int) -> bool:
     """Whether :func:`conv_general_dilated` computes this convolution as a matrix product."""
-    if (jax.default_backend() != "cpu" or lhs.ndim != 4 or dimension_numbers is None
-            or tuple(window_strides) != _ONES or tuple(lhs_dilation or _ONES) != _ONES
-            or tuple(rhs_dilation or _ONES) != _ONES or feature_group_count != 1
-            or batch_group_count != 1):
+    if (jax.default_backend() != "cpu" or lhs.ndim != 4 or rhs.ndim != 4
+            or lhs.dtype != rhs.dtype or dimension_numbers is None
+            or tuple(window_strides) != _ONES
+            or (lhs_dilation is not None and tuple(lhs_dilation) != _ONES)
+            or (rhs_dilation is not None and tuple(rhs_dilation) != _ONES)
+            or feature_group_count != 1 or batch_group_count != 1):
         return False
     layout = lax.conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
     return layout == lax.conv_dimension_numbers(lhs.shape, rhs.shape, _NHWC)
@@ -69,11 +72,13 @@ def conv_general_dilated(
     if isinstance(padding, str):
         padding = lax.padtype_to_pads(lhs.shape[1:3], (kh, kw), _ONES, padding)
     pads = tuple((int(low), int(high)) for low, high in padding)
-    if any(p < 0 for pair in pads for p in pair):
+    height = lhs.shape[1] + sum(pads[0]) - kh + 1
+    width = lhs.shape[2] + sum(pads[1]) - kw + 1
+    if any(p < 0 for pair in pads for p in pair) or height < 1 or width < 1:
         return lax.conv_general_dilated(lhs, rhs, **plain)
     images = jnp.pad(lhs, ((0, 0), *pads, (0, 0)))
-    height, width = images.shape[1] - kh + 1, images.shape[2] - kw + 1
-    windows = jnp.concatenate([images[:, a:a + height, b:b + width, :]
-                               for a in range(kh) for b in range(kw)], axis=-1)
+    # one concatenate (the memory estimate counts its output as this layer's windows)
+    windows = lax.concatenate([images[:, a:a + height, b:b + width, :]
+                               for a in range(kh) for b in range(kw)], 3)
     return jnp.einsum("bhwk,ko->bhwo", windows, rhs.reshape(kh * kw * channels, features),
                       precision=precision, preferred_element_type=preferred_element_type)
