@@ -112,6 +112,13 @@ def check_optional_int(name: str, value: Any, low: int = 1) -> None:
         raise ValueError(f"{name} must be None or an integer >= {low}, got {value!r}")
 
 
+def check_client_chunk(value: Any) -> None:
+    """Raises ValueError unless ``value`` is None, ``"auto"`` or an integer >= 1 (``simulate``'s
+    ``client_chunk``)."""
+    if value is not None and value != "auto" and not (is_int(value) and value >= 1):
+        raise ValueError(f"client_chunk must be None, 'auto' or an integer >= 1, got {value!r}")
+
+
 # --- the annotation-driven layer ---------------------------------------------------------------
 
 

@@ -12,7 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from fedjax_avail._checks import check_int, check_optional_int, check_value, is_int
+from fedjax_avail._checks import (
+    check_client_chunk,
+    check_int,
+    check_optional_int,
+    check_value,
+    is_int,
+)
 from fedjax_avail.algorithms import Algorithm
 from fedjax_avail.availability import AvailabilityProcess, check_reports_forwarded
 from fedjax_avail.data import FederatedData
@@ -72,8 +78,7 @@ def check_simulate_args(
             raise ValueError(f"seed must be an integer in [0, 2^32) (or a list of them), got "
                              f"{value!r}")
 
-    if client_chunk != "auto":
-        check_optional_int("client_chunk", client_chunk)
+    check_client_chunk(client_chunk)
     check_int("eval_batch_size", eval_batch_size)
     check_optional_int("checkpoint_every", checkpoint_every)
     check_optional_int("train_eval_examples", train_eval_examples)

@@ -35,9 +35,9 @@ import numpy as np
 from jax.extend import core as jax_core
 
 from fedjax_avail import _keys
-from fedjax_avail._checks import check_int, is_int
+from fedjax_avail._checks import check_client_chunk, check_int
 from fedjax_avail.data import FederatedData
-from fedjax_avail.local import block_width
+from fedjax_avail.local import block_width, flat_size
 from fedjax_avail.selection import DivFL, PowerOfChoice
 from fedjax_avail.selection._submodular import ALL_CLIENTS_CHUNK
 from fedjax_avail.tasks import Task
@@ -49,9 +49,7 @@ from fedjax_avail.tasks import Task
 # LeNet-5's rounds, bound by its convolutions, took 2.1-2.9 s at K = 100 for every chunk.
 CPU_CHUNK_BYTES = 8 * 2**20
 _WORKING_COPIES = 4  # P-sized float32 vectors per cohort member: x, x0, grad, delta
-# output activations; a concatenate of rank >= 3 is a CPU convolution's windows
-# (fedjax_avail.tasks.conv_general_dilated; an LSTM's concatenates are of rank 1 and 2)
-_LAYER_OPS = ("dot_general", "conv_general_dilated", "gather", "scan")
+_LAYER_OPS = ("dot_general", "conv_general_dilated", "gather", "scan")  # output activations
 _BACKWARD_COPIES = 3  # each activation with gradients: its value, its cotangent, one scratch
 
 
@@ -153,9 +151,8 @@ def estimate_memory(
     # cannot write over its input), "loop" holds the slice of the run being trained
     copies = {"vmap": 0, "map": runs, "loop": 1}[runs_layout] if runs > 1 else 0
     num_clients = data.num_clients
-    key = jax.eval_shape(lambda: _keys.run_keys(0).params)  # abstract: shaping computes nothing
-    params = jax.eval_shape(task.init, key)
-    num_params = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params))
+    key, params = _shaped_params(task)
+    num_params = flat_size(params)
     state = jax.eval_shape(lambda: algorithm.init(params, num_clients))
     tables, server = {}, 0
     for path, leaf in jax.tree_util.tree_leaves_with_path(state):
@@ -185,6 +182,12 @@ def estimate_memory(
             cohort_size(algorithm, num_clients), full_batch_chunk),
     }
     return MemoryEstimate(terms, {name: runs * size for name, size in tables.items()})
+
+
+def _shaped_params(task: Task) -> tuple[Any, Any]:
+    """The run's parameter key and ``task.init``'s parameters, as shapes (nothing computed)."""
+    key = jax.eval_shape(lambda: _keys.run_keys(0).params)
+    return key, jax.eval_shape(task.init, key)
 
 
 def _member_bytes(num_params: int, data: FederatedData, algorithm: Any) -> int:
@@ -219,25 +222,21 @@ def client_chunks(
     Raises:
       ValueError: ``client_chunk`` is not None, "auto" or an integer >= 1.
     """
+    check_client_chunk(client_chunk)
     if client_chunk != "auto":
-        if client_chunk is not None and not (is_int(client_chunk) and client_chunk >= 1):
-            raise ValueError(f"client_chunk must be None, 'auto' or an integer >= 1, got "
-                             f"{client_chunk!r}")
         return client_chunk, client_chunk
     cohort_axis = mesh is not None and "cohort" in mesh.axis_names
     if (backend or jax.default_backend()) != "cpu" or cohort_axis:
         return None, None
-    key = jax.eval_shape(lambda: _keys.run_keys(0).params)
-    params = jax.eval_shape(task.init, key)
-    num_params = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params))
-    member = _member_bytes(num_params, data, algorithm) * runs_at_once
+    member = _member_bytes(flat_size(_shaped_params(task)[1]), data, algorithm) * runs_at_once
     most = max(1, CPU_CHUNK_BYTES // member)
     n = data.num_clients
     if most >= cohort_size(algorithm, n):
         return None, None
-    # split a round's K evenly (MIFA's authors-code fill round of all N reuses the chunk)
+    # a round's K in the fewest even chunks of at most `most` (the split block_width makes of
+    # a client's rows); MIFA's authors-code fill round of all N reuses the chunk
     k = getattr(algorithm, "clients_per_round", None) or cohort_size(algorithm, n)
-    train = -(-k // -(-k // most)) if k > most else most
+    train = block_width(k, most) if k > most else most
     passes = full_batch_passes(getattr(algorithm, "selection", None), k, n, None)
     return train, None if passes else train
 
@@ -290,7 +289,7 @@ def full_batch_bytes(
     passes = full_batch_passes(selection, k, data.num_clients, client_chunk)
     if not passes:
         return 0
-    num_params = sum(math.prod(leaf.shape) for leaf in jax.tree.leaves(params))
+    num_params = flat_size(params)
     largest = data.max_count or int(np.max(np.asarray(data.counts)))
     width = block_width(largest)
     one = {name: jax.ShapeDtypeStruct((1, *np.shape(a)[1:]), np.dtype(a.dtype))
@@ -315,9 +314,11 @@ def _layer_outputs(jaxpr: Any, every_step: bool) -> int:
     total = 0
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
+        # a concatenate of rank >= 3 is a CPU convolution's windows (fedjax_avail.tasks.
+        # conv_general_dilated); an LSTM's concatenates are of rank 1 and 2
         if name in _LAYER_OPS or (name == "concatenate" and eqn.outvars[0].aval.ndim >= 3):
             total += sum(math.prod(v.aval.shape) for v in eqn.outvars)
-        steps = eqn.params.get("length", 1) if every_step and eqn.primitive.name == "scan" else 1
+        steps = eqn.params.get("length", 1) if every_step and name == "scan" else 1
         total += steps * sum(_layer_outputs(sub, every_step)
                              for sub in _sub_jaxprs(eqn.params.values()))
     return total
