@@ -71,7 +71,7 @@ SUBTRUNC_MNIST = Experiment(
         num_clients=100, clients_per_round=10, classes=3, local_steps=10, batch_size=10,
         lr=0.05, rounds=150, eval_every=10, seed=0, seeds=(0, 1, 2, 3, 4), model="lenet",
         lam=0.95, b=1.10, phi="log1p", mu=1.0, window=5, normalize="mean", candidates=10,
-        poc_d=None, algorithms=METHODS, source="idx", data_dir=None,
+        poc_d=None, algorithms=METHODS, source="idx", data_dir=None, train_eval_examples=None,
     ),
     build=_build,
     meanings={"mu": "UnionFL's penalty mu on each client selected in the last window rounds "
