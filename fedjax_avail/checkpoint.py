@@ -8,8 +8,10 @@ Nothing restored is trusted unread:
 
 * **Fingerprint.** Each checkpoint records one hash per setting that can change a recorded
   number (:func:`run_settings`: algorithm, availability process, task, data, seed,
-  ``eval_every``, ``train_eval_examples``, the JAX version and backend, ...). A checkpoint of a
-  different run is refused, naming the settings that differ; the number of rounds may grow.
+  ``eval_every``, ``train_eval_examples``, this package's version and git commit, the JAX
+  version and backend, ...). A checkpoint of a different run is refused, naming the settings
+  that differ (and, for other code, the version and commit that wrote it); the number of
+  rounds may grow.
 * **Checksums.** Every saved array has a checksum (:func:`checksum`, computed where the array
   lives, so a sharded table is never gathered), and the JSON part (history rows, fingerprint,
   checksums) a hash of its own. A checkpoint whose contents do not match, or that orbax cannot
@@ -36,6 +38,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from fedjax_avail._provenance import code
 
 KEEP = 2  # the newest and the one before it (the fallback)
 
@@ -205,6 +209,7 @@ class RunCheckpointer:
         self._ocp = ocp
         self.directory = Path(directory).expanduser().resolve()
         self.settings = dict(settings)
+        self.code = code()  # readable, for the message when a checkpoint's code differs
         self._manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(max_to_keep=keep,
@@ -218,7 +223,8 @@ class RunCheckpointer:
         checksums of its arrays; ``seconds``: the wall time spent on the run so far."""
         ocp = self._ocp
         metrics = {k: np.asarray(v) for k, v in round_metrics.items()}
-        body = {"settings": self.settings, "done": int(done), "rows": rows,
+        body = {"settings": self.settings, "written_by": self.code, "done": int(done),
+                "rows": rows,
                 "seconds": float(seconds),
                 "metrics": {k: [list(v.shape), str(v.dtype)] for k, v in metrics.items()},
                 "checksums": {"carry": checksum(carry), "round_metrics": checksum(metrics)}}
@@ -246,7 +252,7 @@ class RunCheckpointer:
         differ = sorted(k for k in {*body["settings"], *self.settings}
                         if body["settings"].get(k) != self.settings.get(k))
         if differ:
-            raise _Mismatch(differ)
+            raise _Mismatch(differ, body.get("written_by"))
         shapes = {k: jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype))
                   for k, (shape, dtype) in body["metrics"].items()}
         try:
@@ -285,7 +291,7 @@ class RunCheckpointer:
                     f"checkpoint_dir {self.directory} holds a checkpoint (round {step}) of a "
                     f"different run (different {', '.join(mismatch.settings)}); resume with the "
                     "same settings, or use another directory (or delete it) to start afresh"
-                ) from None
+                    + self._other_code(mismatch)) from None
             except _Corrupt as corrupt:
                 warnings.warn(f"checkpoint of round {step} in {self.directory} is damaged "
                               f"({corrupt}); trying the one before it", stacklevel=3)
@@ -302,11 +308,25 @@ class RunCheckpointer:
         return None
 
 
+    def _other_code(self, mismatch: _Mismatch) -> str:
+        """The message's note on the code, when the checkpoint's was other code."""
+        if not any(name in self.code for name in mismatch.settings):
+            return ""
+
+        def describe(code: Mapping[str, Any] | None) -> str:
+            if not code:
+                return "an earlier fedjax_avail (which did not record its version)"
+            return (f"fedjax_avail {code['fedjax_avail_version']}"
+                    f" (commit {code['fedjax_avail_commit'] or 'unknown'})")
+        return (f"; it was written by {describe(mismatch.written_by)} and this is "
+                f"{describe(self.code)}: continue it with the code that wrote it")
+
+
 class _Corrupt(Exception):
     pass
 
 
 class _Mismatch(Exception):
-    def __init__(self, settings: list[str]):
+    def __init__(self, settings: list[str], written_by: Mapping[str, Any] | None = None):
         super().__init__(settings)
-        self.settings = settings
+        self.settings, self.written_by = settings, written_by

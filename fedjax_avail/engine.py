@@ -37,6 +37,7 @@ from fedjax_avail._checks import Annotated, Count, Positive, Range, Seed, checke
 from fedjax_avail._host import to_host
 from fedjax_avail._io import check_writable_dir
 from fedjax_avail._lock import DirectoryLock
+from fedjax_avail._provenance import code
 from fedjax_avail.algorithms import Algorithm, RoundInput
 from fedjax_avail.availability import AvailabilityProcess, reports_of
 from fedjax_avail.availability._timeline import Timeline
@@ -110,11 +111,12 @@ def _mesh_layout(mesh: Any) -> dict[str, int] | None:
 
 
 def _environment() -> dict[str, Any]:
-    """What outside the arguments can change a result: the JAX version, the backend and the
-    JAX flags that change random numbers or arithmetic."""
+    """What outside the arguments can change a result: the simulator's code (its version and
+    commit, ``_provenance.code``), the JAX version, the backend and the JAX flags that change
+    random numbers or arithmetic."""
     names = ("jax_default_prng_impl", "jax_threefry_partitionable", "jax_enable_x64",
              "jax_default_matmul_precision")
-    return {"jax_version": jax.__version__, "backend": jax.default_backend(),
+    return {**code(), "jax_version": jax.__version__, "backend": jax.default_backend(),
             "jax_config": {name: getattr(jax.config, name, None) for name in names}}
 
 

@@ -192,6 +192,8 @@ CHANGES = {
     "max_virtual_time": lambda s: {"max_virtual_time": 50.0},
 }
 ENVIRONMENT = {
+    "fedjax_avail_version": "0.0.1",
+    "fedjax_avail_commit": "0" * 40,
     "jax_version": "0.0.1",
     "backend": "tpu",
     "jax_config": {"jax_default_prng_impl": "rbg"},
@@ -224,6 +226,21 @@ def test_resuming_in_a_changed_environment_is_refused_naming_it(saved, setting, 
                                                         setting: ENVIRONMENT[setting]})
     with pytest.raises(ValueError, match=rf"different \(?[^)]*\b{setting}\b"):
         _run(40, checkpoint_dir=copy, checkpoint_every=10)
+
+
+def test_a_checkpoint_of_other_code_is_refused_naming_the_code_that_wrote_it(tmp_path,
+                                                                            monkeypatch):
+    from fedjax_avail import _provenance
+
+    monkeypatch.setattr(_provenance, "git_commit", lambda: "a" * 40)
+    _run(20, checkpoint_dir=tmp_path, checkpoint_every=10)
+    monkeypatch.setattr(_provenance, "git_commit", lambda: "b" * 40)
+    with pytest.raises(ValueError, match=r"different fedjax_avail_commit\); .* written by "
+                       rf"fedjax_avail {fa.__version__} \(commit a{{40}}\) and this is "
+                       rf"fedjax_avail {fa.__version__} \(commit b{{40}}\)"):
+        _run(30, checkpoint_dir=tmp_path, checkpoint_every=10)
+    monkeypatch.setattr(_provenance, "git_commit", lambda: "a" * 40)  # the code that wrote it
+    assert _run(30, checkpoint_dir=tmp_path, checkpoint_every=10).history.rows[-1]["round"] == 30
 
 
 def test_more_rounds_and_progress_options_are_not_a_different_run(saved, tmp_path):
