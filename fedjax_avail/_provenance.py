@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import hashlib
 import importlib.metadata
 import platform
 import subprocess
@@ -13,41 +14,56 @@ from typing import Any
 _PACKAGES = ("fedjax_avail", "jax", "jaxlib", "flax", "optax", "numpy", "orbax-checkpoint")
 
 
+_PACKAGE = Path(__file__).resolve().parent
+
+
 def git_commit(path: Path | None = None) -> str | None:
     """The commit of the git checkout that tracks ``path`` (default: this package), or None.
 
     None also where ``path`` lies inside a checkout that does not track it (a virtual
     environment or a download inside some other repository), so an installed copy never
     reports the commit of whatever repository happens to hold it. A ``-dirty`` suffix marks
-    uncommitted changes to tracked files.
+    uncommitted changes to the tracked files of ``path``'s folder (and below it).
     """
     target = Path(path or __file__).resolve()
     where = target.parent
 
     def git(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True,
-                              timeout=10)
+        # --no-optional-locks: never hold the index lock a user's own git command may want
+        return subprocess.run(["git", "--no-optional-locks", "-C", str(where), *args],
+                              capture_output=True, text=True, timeout=10)
 
     try:
         tracked = git("ls-files", "--error-unmatch", "--", target.name)
         commit = git("rev-parse", "HEAD")
         if tracked.returncode != 0 or commit.returncode != 0:
             return None
-        dirty = git("status", "--porcelain", "--untracked-files=no")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".")
     except (OSError, subprocess.SubprocessError):
         return None
     return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
-def code() -> dict[str, str | None]:
-    """This package's code: its version and, in a git checkout of it, the commit (or None).
+def source_digest(package: Path = _PACKAGE) -> str:
+    """A hash of the ``.py`` files under ``package`` (their paths and bytes): the code itself,
+    whether or not it is a git checkout, committed, or installed."""
+    digest = hashlib.blake2b(digest_size=16)
+    for file in sorted(package.rglob("*.py")):
+        digest.update(file.relative_to(package).as_posix().encode() + b"\0")
+        digest.update(file.read_bytes() + b"\0")
+    return digest.hexdigest()
 
-    What a checkpoint records of the code that wrote it: a run resumed under other code would
-    equal neither code's uninterrupted run.
-    """
+
+_LOADED = source_digest()  # at import: the code this process runs, not later edits to it
+
+
+def code() -> dict[str, str | None]:
+    """This package's code as loaded: its version and source digest (what a checkpoint's
+    fingerprint compares: a run resumed under other code would equal neither code's
+    uninterrupted run) and, for people, the git commit (:func:`git_commit`)."""
     import fedjax_avail
 
-    return {"fedjax_avail_version": fedjax_avail.__version__,
+    return {"fedjax_avail_version": fedjax_avail.__version__, "fedjax_avail_source": _LOADED,
             "fedjax_avail_commit": git_commit()}
 
 

@@ -8,10 +8,10 @@ Nothing restored is trusted unread:
 
 * **Fingerprint.** Each checkpoint records one hash per setting that can change a recorded
   number (:func:`run_settings`: algorithm, availability process, task, data, seed,
-  ``eval_every``, ``train_eval_examples``, this package's version and git commit, the JAX
-  version and backend, ...). A checkpoint of a different run is refused, naming the settings
-  that differ (and, for other code, the version and commit that wrote it); the number of
-  rounds may grow.
+  ``eval_every``, ``train_eval_examples``, this package's version and a digest of its source,
+  the JAX version and backend, ...). A checkpoint of a different run is refused, naming the
+  settings that differ, or, when other code wrote it, that code's version, source digest and
+  git commit; the number of rounds may grow.
 * **Checksums.** Every saved array has a checksum (:func:`checksum`, computed where the array
   lives, so a sharded table is never gathered), and the JSON part (history rows, fingerprint,
   checksums) a hash of its own. A checkpoint whose contents do not match, or that orbax cannot
@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_avail._provenance import code
+from fedjax_avail import _provenance
 
 KEEP = 2  # the newest and the one before it (the fallback)
 
@@ -209,7 +209,7 @@ class RunCheckpointer:
         self._ocp = ocp
         self.directory = Path(directory).expanduser().resolve()
         self.settings = dict(settings)
-        self.code = code()  # readable, for the message when a checkpoint's code differs
+        self.code = _provenance.code()  # readable: the message when a checkpoint's differs
         self._manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(max_to_keep=keep,
@@ -287,11 +287,7 @@ class RunCheckpointer:
             try:
                 restored = self._restore_step(step, abstract_carry)
             except _Mismatch as mismatch:
-                raise ValueError(
-                    f"checkpoint_dir {self.directory} holds a checkpoint (round {step}) of a "
-                    f"different run (different {', '.join(mismatch.settings)}); resume with the "
-                    "same settings, or use another directory (or delete it) to start afresh"
-                    + self._other_code(mismatch)) from None
+                raise ValueError(self._refusal(step, mismatch)) from None
             except _Corrupt as corrupt:
                 warnings.warn(f"checkpoint of round {step} in {self.directory} is damaged "
                               f"({corrupt}); trying the one before it", stacklevel=3)
@@ -308,18 +304,32 @@ class RunCheckpointer:
         return None
 
 
-    def _other_code(self, mismatch: _Mismatch) -> str:
-        """The message's note on the code, when the checkpoint's was other code."""
-        if not any(name in self.code for name in mismatch.settings):
-            return ""
+    def _refusal(self, step: int, mismatch: _Mismatch) -> str:
+        """Why the checkpoint of round ``step`` is not this run's: the settings that differ,
+        and the code that wrote it where that differs from this process's."""
+        where = f"checkpoint_dir {self.directory} holds a checkpoint (round {step})"
+        afresh = "use another directory (or delete it) to start afresh"
+        settings = [name for name in mismatch.settings if name not in self.code]
+        codes = [name for name in mismatch.settings if name in self.code]
+        message = (f"{where} of a different run (different {', '.join(settings)}); resume with "
+                   f"the same settings, or {afresh}") if settings else ""
+        if codes:
+            other = (f"written by other code (different {', '.join(codes)}: "
+                     f"{_describe(mismatch.written_by)}; this is {_describe(self.code)}), and a "
+                     "run resumed under other code equals neither code's uninterrupted run: "
+                     "continue it with the code that wrote it")
+            message = (f"{message}; it was also {other}" if settings
+                       else f"{where} {other}, or {afresh}")
+        return message
 
-        def describe(code: Mapping[str, Any] | None) -> str:
-            if not code:
-                return "an earlier fedjax_avail (which did not record its version)"
-            return (f"fedjax_avail {code['fedjax_avail_version']}"
-                    f" (commit {code['fedjax_avail_commit'] or 'unknown'})")
-        return (f"; it was written by {describe(mismatch.written_by)} and this is "
-                f"{describe(self.code)}: continue it with the code that wrote it")
+
+def _describe(code: Mapping[str, Any] | None) -> str:
+    """The code that wrote a checkpoint (``_provenance.code``), for people."""
+    if not code:
+        return "fedjax_avail from before checkpoints recorded their code (2026-11-25)"
+    source = code.get("fedjax_avail_source") or "unknown"
+    return (f"fedjax_avail {code.get('fedjax_avail_version')}, source {source[:12]}, commit "
+            f"{code.get('fedjax_avail_commit') or 'unknown'}")
 
 
 class _Corrupt(Exception):

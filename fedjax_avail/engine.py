@@ -30,14 +30,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from fedjax_avail import _keys, inputs, memory
+from fedjax_avail import _keys, _provenance, inputs, memory
 from fedjax_avail import cohort as cohort_lib
 from fedjax_avail import runs as runs_lib
 from fedjax_avail._checks import Annotated, Count, Positive, Range, Seed, checked
 from fedjax_avail._host import to_host
 from fedjax_avail._io import check_writable_dir
 from fedjax_avail._lock import DirectoryLock
-from fedjax_avail._provenance import code
 from fedjax_avail.algorithms import Algorithm, RoundInput
 from fedjax_avail.availability import AvailabilityProcess, reports_of
 from fedjax_avail.availability._timeline import Timeline
@@ -111,12 +110,15 @@ def _mesh_layout(mesh: Any) -> dict[str, int] | None:
 
 
 def _environment() -> dict[str, Any]:
-    """What outside the arguments can change a result: the simulator's code (its version and
-    commit, ``_provenance.code``), the JAX version, the backend and the JAX flags that change
-    random numbers or arithmetic."""
+    """What outside the arguments can change a result: the simulator's own code (its version
+    and the digest of its source as loaded, ``_provenance.code``), the JAX version, the backend
+    and the JAX flags that change random numbers or arithmetic."""
     names = ("jax_default_prng_impl", "jax_threefry_partitionable", "jax_enable_x64",
              "jax_default_matmul_precision")
-    return {**code(), "jax_version": jax.__version__, "backend": jax.default_backend(),
+    code = _provenance.code()
+    return {"fedjax_avail_version": code["fedjax_avail_version"],
+            "fedjax_avail_source": code["fedjax_avail_source"],
+            "jax_version": jax.__version__, "backend": jax.default_backend(),
             "jax_config": {name: getattr(jax.config, name, None) for name in names}}
 
 
@@ -461,7 +463,8 @@ def simulate(
       checkpoint_dir: save the run there (orbax) every ``checkpoint_every`` rounds and at the
         end; if it already holds a checkpoint of this same run, continue from the newest one
         (bit-identical to an uninterrupted run). A checkpoint of a different run is refused,
-        naming the settings that differ; a damaged checkpoint (checksums, :mod:`checkpoint`)
+        naming the settings that differ, and so is one written by other code (another version
+        of this package, or edited source); a damaged checkpoint (checksums, :mod:`checkpoint`)
         is skipped with a warning for the one before it. The run holds a lock on the
         directory: a second run on it refuses at once.
       checkpoint_every: rounds between checkpoints (default ``eval_every``).

@@ -193,7 +193,7 @@ CHANGES = {
 }
 ENVIRONMENT = {
     "fedjax_avail_version": "0.0.1",
-    "fedjax_avail_commit": "0" * 40,
+    "fedjax_avail_source": "0" * 32,
     "jax_version": "0.0.1",
     "backend": "tpu",
     "jax_config": {"jax_default_prng_impl": "rbg"},
@@ -228,19 +228,46 @@ def test_resuming_in_a_changed_environment_is_refused_naming_it(saved, setting, 
         _run(40, checkpoint_dir=copy, checkpoint_every=10)
 
 
+def _code(source, commit):
+    return {"fedjax_avail_version": fa.__version__, "fedjax_avail_source": source,
+            "fedjax_avail_commit": commit}
+
+
 def test_a_checkpoint_of_other_code_is_refused_naming_the_code_that_wrote_it(tmp_path,
                                                                             monkeypatch):
     from fedjax_avail import _provenance
 
-    monkeypatch.setattr(_provenance, "git_commit", lambda: "a" * 40)
+    monkeypatch.setattr(_provenance, "code", lambda: _code("a" * 32, "c" * 40))
     _run(20, checkpoint_dir=tmp_path, checkpoint_every=10)
-    monkeypatch.setattr(_provenance, "git_commit", lambda: "b" * 40)
-    with pytest.raises(ValueError, match=r"different fedjax_avail_commit\); .* written by "
-                       rf"fedjax_avail {fa.__version__} \(commit a{{40}}\) and this is "
-                       rf"fedjax_avail {fa.__version__} \(commit b{{40}}\)"):
+    # another commit of the same code (a commit elsewhere in the checkout) is the same code
+    monkeypatch.setattr(_provenance, "code", lambda: _code("a" * 32, "d" * 40 + "-dirty"))
+    assert _run(25, checkpoint_dir=tmp_path, checkpoint_every=10).history.rows[-1]["round"] == 25
+    monkeypatch.setattr(_provenance, "code", lambda: _code("b" * 32, "e" * 40))
+    with pytest.raises(ValueError, match=(
+            r"holds a checkpoint \(round 25\) written by other code \(different "
+            rf"fedjax_avail_source: fedjax_avail {fa.__version__}, source a{{12}}, commit d{{40}}"
+            rf"-dirty; this is fedjax_avail {fa.__version__}, source b{{12}}, commit e{{40}}\)"
+            r".* continue it with the code that wrote it, or use another directory")) as refusal:
         _run(30, checkpoint_dir=tmp_path, checkpoint_every=10)
-    monkeypatch.setattr(_provenance, "git_commit", lambda: "a" * 40)  # the code that wrote it
-    assert _run(30, checkpoint_dir=tmp_path, checkpoint_every=10).history.rows[-1]["round"] == 30
+    assert "different run" not in str(refusal.value)  # no setting differs
+    with pytest.raises(ValueError, match=r"of a different run \(different seed\); .*; it was "
+                       r"also written by other code \(different fedjax_avail_source"):
+        _run(30, checkpoint_dir=tmp_path, checkpoint_every=10, seed=4)
+
+
+def test_a_checkpoint_from_before_the_code_was_recorded_is_refused_saying_so(tmp_path,
+                                                                             monkeypatch):
+    from fedjax_avail import _provenance
+
+    before = {k: v for k, v in engine._environment().items() if not k.startswith("fedjax_avail")}
+    monkeypatch.setattr(_provenance, "code", dict)  # what a checkpoint before 2026-11-25 holds
+    monkeypatch.setattr(engine, "_environment", lambda: before)
+    _run(20, checkpoint_dir=tmp_path, checkpoint_every=10)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match=r"written by other code \(different "
+                       r"fedjax_avail_source, fedjax_avail_version: fedjax_avail from before "
+                       r"checkpoints recorded their code"):
+        _run(30, checkpoint_dir=tmp_path, checkpoint_every=10)
 
 
 def test_more_rounds_and_progress_options_are_not_a_different_run(saved, tmp_path):

@@ -36,8 +36,9 @@ class Checkpointing(Callback):
         compiled); False when the directory holds none.
 
         Raises:
-          ValueError: a checkpoint of a different run (naming the settings that differ), none
-            intact, or one with more rounds done than ``run.rounds``.
+          ValueError: a checkpoint of a different run (naming the settings that differ) or of
+            other code (naming the code that wrote it), none intact, or one with more rounds
+            done than ``run.rounds``.
         """
         restored = self.checkpointer.restore(jax.eval_shape(lambda: run.carry))
         if restored is None:
