@@ -17,6 +17,7 @@ diverged, naming the round.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import os
@@ -229,6 +230,37 @@ def _put_run(stacked: Any, i: jax.Array, one: Any) -> Any:
     return jax.tree.map(lambda a, b: a.at[i].set(b), stacked, one)
 
 
+def _each_run(stacked: Any, one_run: Callable[[int, Any], tuple[Any, Any]],
+              workers: int) -> tuple[Any, list]:
+    """The ``"loop"`` layout's runs: ``one_run(i, run i's slice of stacked) -> (its new slice,
+    extra)`` for each run i of ``stacked`` (a runs axis ``[S, ...]``), ``workers`` at once on
+    threads (XLA:CPU runs one small run on about one core: :func:`fedjax_avail.cohort.
+    loop_workers`). At most ``workers`` slices are alive; each new one is written back in place
+    as it finishes. Returns the updated ``stacked`` and the extras in run order."""
+    count = len(jax.tree.leaves(stacked)[0])
+    extras: list[Any] = [None] * count
+    pending = iter(range(count))
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        running: dict[concurrent.futures.Future, int] = {}
+
+        def submit() -> None:
+            i = next(pending, None)
+            if i is not None:
+                running[pool.submit(one_run, i, jax.tree.map(lambda a: a[i], stacked))] = i
+
+        for _ in range(workers):
+            submit()
+        while running:
+            done, _ = concurrent.futures.wait(running,
+                                              return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in done:
+                i = running.pop(future)
+                new, extras[i] = future.result()
+                stacked = _put_run(stacked, i, new)
+                submit()
+    return stacked, extras
+
+
 class RoundChunks:
     """Rounds ``[run.done, end)`` as one compiled ``lax.scan``, one compilation per length.
 
@@ -240,7 +272,7 @@ class RoundChunks:
     def __init__(self, task: Task, runs: Runs, chunks: tuple[int | None, int | None], keys: Any,
                  hyper: dict[str, jax.Array], mesh: Mesh | None, placement: Placement,
                  slot_length: float = 1.0, max_virtual_time: float | None = None,
-                 layout: str = "vmap"):
+                 layout: str = "vmap", workers: int = 1):
         algorithm, availability = runs.algorithms[0], runs.processes[0]  # the code; values vary
 
         moves_time = getattr(algorithm, "moves_time", False)
@@ -272,7 +304,7 @@ class RoundChunks:
             health = jnp.where((health == _HEALTHY) & bad, r, health)
             return (alg_state, cursor, health), metrics
 
-        # "loop": one single-run program, executed for each run in turn (__call__)
+        # "loop": one single-run program, executed for each run (__call__, _each_run)
         self._loop = runs.several and layout == "loop"
         step = (cohort_lib.map_runs(one_round, (0, None, 0, None, 0), layout)
                 if runs.several and not self._loop else one_round)
@@ -290,6 +322,7 @@ class RoundChunks:
         self._compiled: dict[int, Any] = {}
         self._args = (placement.data, keys, hyper)
         self._mesh, self._batched = mesh, runs.several and layout == "vmap"
+        self._workers = workers  # the runs a "loop" trains at once
 
     def _executable(self, run: Run, round_ids: jax.Array, carry: Any, keys: Any,
                     hyper: dict[str, jax.Array]) -> Any:
@@ -327,25 +360,27 @@ class RoundChunks:
 
     def _each_run(self, run: Run, round_ids: jax.Array) -> Any:
         """The ``"loop"`` layout: the single-run program over each run's slice of the stacked
-        carry, written back in place; the metrics stacked as a runs axis ``[length, S]``."""
+        carry (:func:`_each_run`), written back in place; the metrics stacked as a runs axis
+        ``[length, S]``."""
         data, keys, hyper = self._args
-        metrics = []
-        for i in range(len(run.seeds)):  # one run's state copy alive at a time
-            carry, run_keys, run_hyper = jax.tree.map(lambda a, i=i: a[i],
-                                                      (run.carry, keys, hyper))
-            executable = self._executable(run, round_ids, carry, run_keys, run_hyper)
-            start = time.perf_counter()
+        executable = self._executable(  # compiled once, here, for run 0's slice's shapes
+            run, round_ids, *jax.tree.map(lambda a: a[0], (run.carry, keys, hyper)))
+
+        def one_run(i, carry):
+            run_keys, run_hyper = jax.tree.map(lambda a: a[i], (keys, hyper))
             carry, chunk = executable(carry, data, round_ids, run_keys, run_hyper)
-            run.carry = _put_run(run.carry, i, carry)
-            jax.block_until_ready(run.carry)
-            run.timing["run"] += time.perf_counter() - start
-            metrics.append(chunk)
+            return jax.block_until_ready(carry), chunk
+
+        start = time.perf_counter()
+        run.carry, metrics = _each_run(run.carry, one_run, self._workers)
+        jax.block_until_ready(run.carry)
+        run.timing["run"] += time.perf_counter() - start
         return jax.tree.map(lambda *each: jnp.stack(each, axis=1), *metrics)
 
 
 def _prepare(run: Run, prepare: Callable[..., Any], task: Task, placement: Placement,
              chunks: tuple[int | None, int | None], mesh: Mesh | None,
-             layout: str) -> np.ndarray:
+             layout: str, workers: int = 1) -> np.ndarray:
     """An algorithm's one-off pass before round 0 (DivFL's gradients of all clients) on the
     state in ``run.carry``, timed as ``prepare`` (compile included); returns, per run, whether
     the prepared state is finite."""
@@ -354,7 +389,7 @@ def _prepare(run: Run, prepare: Callable[..., Any], task: Task, placement: Place
     def prepare_state(state, data):
         return prepare(state, Problem(task, data, *chunks))
 
-    loop = run.several and layout == "loop"  # the single-run pass, for each run in turn
+    loop = run.several and layout == "loop"  # the single-run pass, for each run (_each_run)
     prepare_fn = (cohort_lib.map_runs(prepare_state, (0, None), layout)
                   if run.several and not loop else prepare_state)
     placed = {} if mesh is None else dict(out_shardings=placement.carry_shardings[0])
@@ -369,9 +404,8 @@ def _prepare(run: Run, prepare: Callable[..., Any], task: Task, placement: Place
         "temp_size_in_bytes", "output_size_in_bytes")) - int(
             getattr(analysis, "alias_size_in_bytes", 0) or 0)
     if loop:
-        for i in range(len(run.seeds)):
-            state = _put_run(state, i, executable(jax.tree.map(lambda a, i=i: a[i], state),
-                                             placement.data))
+        state, _ = _each_run(state, lambda i, one: (
+            jax.block_until_ready(executable(one, placement.data)), None), workers)
     else:
         state = executable(state, placement.data)
     run.carry = (jax.block_until_ready(state), *run.carry[1:])
@@ -502,8 +536,9 @@ def simulate(
       runs_layout: how several runs share the compiled program
         (:func:`fedjax_avail.cohort.runs_layout`): ``"vmap"`` batches them into every
         operation (accelerators: S runs in about one's time); ``"loop"`` compiles one run's
-        program once and runs each run's chunk of rounds with it in turn (each run's model and
-        ``round_metrics`` then equal its separate run's bit for bit; no mesh); ``"map"`` runs
+        program once and runs each run's chunk of rounds with it, one run a CPU core at once
+        (:func:`fedjax_avail.cohort.loop_workers`; each run's model and ``round_metrics`` then
+        equal its separate run's bit for bit; no mesh); ``"map"`` runs
         them one after the other inside each compiled round (a ``lax.map``); ``"auto"``
         (default): ``"loop"`` on a CPU, ``"map"`` on a CPU with a mesh, ``"vmap"`` on
         accelerators. Evaluation is batched over the runs in every layout, so ``history``
@@ -543,11 +578,20 @@ def simulate(
     hyper = _swept_values(runs, data.num_clients)
     chunks = memory.client_chunks(client_chunk, task, data, algorithm, mesh=mesh,
                                   runs_at_once=len(runs.seeds) if layout == "vmap" else 1)
-    estimate = memory.estimate_memory(task, data, algorithm, availability, test_data=test_arrays,
-                                      client_chunk=client_chunk, runs=len(runs.seeds),
-                                      runs_layout=layout, mesh=mesh)
+    workers = cohort_lib.loop_workers(len(runs.seeds)) if runs.several and layout == "loop" else 1
+
+    def estimate_for(workers: int) -> memory.MemoryEstimate:
+        return memory.estimate_memory(
+            task, data, algorithm, availability, test_data=test_arrays, client_chunk=client_chunk,
+            runs=len(runs.seeds), runs_layout=layout, mesh=mesh, loop_workers=workers)
+
+    estimate = estimate_for(workers)
     if check_memory:
-        memory.check_fits(estimate, memory.available_bytes())
+        available = memory.available_bytes()
+        while workers > 1 and available is not None and estimate.total > available:
+            workers -= 1  # fewer runs trained at once before refusing the run
+            estimate = estimate_for(workers)
+        memory.check_fits(estimate, available)
     held = MeasureHeld()  # before anything of the run is allocated
     carry, keys = _initial_carry(task, data.num_clients, runs)
     checkpointing = None
@@ -573,7 +617,7 @@ def simulate(
     evaluation = RunEvaluation(task, placement.data, test_arrays, test_data, eval_batch_size,
                                train_eval_examples, runs.several)
     round_chunks = RoundChunks(task, runs, chunks, keys, hyper, mesh, placement, slot_length,
-                               max_virtual_time, layout)
+                               max_virtual_time, layout, workers)
     every = (eval_every,) + ((checkpointing.every,) if checkpointing else ())
     hooks = [StopOnCtrlC(checkpointing.directory if checkpointing else None), held,
              ProgressDisplay(progress, max_virtual_time), *callbacks, DivergenceGuard(),
@@ -587,7 +631,7 @@ def simulate(
         run.timing["compile"] += time.perf_counter() - compile_start
         if not restored:
             prepare = getattr(algorithm, "prepare", None)
-            prepared = (_prepare(run, prepare, task, placement, chunks, mesh, layout)
+            prepared = (_prepare(run, prepare, task, placement, chunks, mesh, layout, workers)
                         if prepare is not None else np.ones(1, bool))
             dispatch(hooks, "on_evaluation", run, evaluation(run))
             _check_prepared(run, prepared)

@@ -35,7 +35,8 @@ import numpy as np
 from jax.extend import core as jax_core
 
 from fedjax_avail import _keys
-from fedjax_avail._checks import check_client_chunk, check_int
+from fedjax_avail import cohort as cohort_lib
+from fedjax_avail._checks import check_client_chunk, check_int, check_optional_int
 from fedjax_avail.data import FederatedData
 from fedjax_avail.local import block_width, flat_size
 from fedjax_avail.selection import DivFL, PowerOfChoice
@@ -109,6 +110,7 @@ def estimate_memory(
     runs: int = 1,
     runs_layout: Literal["vmap", "map", "loop"] = "vmap",
     mesh: Any = None,
+    loop_workers: int | None = None,
 ) -> MemoryEstimate:
     """Predicts the device bytes a :func:`fedjax_avail.simulate` run holds, by term.
 
@@ -123,10 +125,13 @@ def estimate_memory(
         larger (plus the copies the layout makes, below); the data is shared.
       runs_layout: ``simulate``'s layout of those runs (resolved: :func:`fedjax_avail.cohort.
         runs_layout`): ``"vmap"`` trains them at once (the working sets S times larger),
-        ``"map"`` and ``"loop"`` one after the other (one run's working sets), ``"map"``
-        holding a second copy of every run's state (``lax.map``'s stacked output) and
-        ``"loop"`` one more run's state (the slice being trained).
+        ``"map"`` one after the other (one run's working sets) holding a second copy of every
+        run's state (``lax.map``'s stacked output), ``"loop"``
+        :func:`fedjax_avail.cohort.loop_workers` at once (their working sets, and one more
+        copy of each one's state: the slices being trained).
       mesh: ``simulate``'s device mesh (it decides ``"auto"``'s chunk: :func:`client_chunks`).
+      loop_workers: the runs a ``"loop"`` layout trains at once (default
+        :func:`fedjax_avail.cohort.loop_workers`; ``simulate`` lowers it until the run fits).
 
     Returns:
       a :class:`MemoryEstimate`; ``.total`` is the sum, ``.describe()`` a readable breakdown.
@@ -146,10 +151,16 @@ def estimate_memory(
     check_int("runs", runs)
     if runs_layout not in ("vmap", "map", "loop"):
         raise ValueError(f"runs_layout must be 'vmap', 'map' or 'loop', got {runs_layout!r}")
-    at_once = runs if runs_layout == "vmap" else 1  # runs whose working sets are live at once
+    # runs whose working sets are live at once: "vmap" batches all, "loop" trains
+    # loop_workers of them at once on threads (each with its own chunks: runs_at_once stays 1
+    # for them, so every run trains as its separate run does), "map" one
+    check_optional_int("loop_workers", loop_workers)
+    workers = 1 if runs_layout != "loop" or runs == 1 else min(
+        runs, loop_workers or cohort_lib.loop_workers(runs))
+    at_once = runs if runs_layout == "vmap" else workers
     # extra run states alive: "map" stacks every run's new state beside the old one (lax.map
-    # cannot write over its input), "loop" holds the slice of the run being trained
-    copies = {"vmap": 0, "map": runs, "loop": 1}[runs_layout] if runs > 1 else 0
+    # cannot write over its input), "loop" holds the slices of the runs being trained
+    copies = {"vmap": 0, "map": runs, "loop": workers}[runs_layout] if runs > 1 else 0
     num_clients = data.num_clients
     key, params = _shaped_params(task)
     num_params = flat_size(params)
@@ -166,8 +177,9 @@ def estimate_memory(
     avail = 0 if availability is None else _nbytes(
         jax.eval_shape(lambda k: availability.init(k, num_clients), key))
     test = test_data.arrays if isinstance(test_data, FederatedData) else test_data
-    train_chunk, full_batch_chunk = client_chunks(client_chunk, task, data, algorithm,
-                                                  runs_at_once=at_once, mesh=mesh)
+    train_chunk, full_batch_chunk = client_chunks(
+        client_chunk, task, data, algorithm, mesh=mesh,
+        runs_at_once=runs if runs_layout == "vmap" else 1)
     cohort = cohort_size(algorithm, num_clients)
     working = min(cohort, train_chunk or cohort) * _member_bytes(num_params, data, algorithm)
     terms = {

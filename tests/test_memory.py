@@ -45,8 +45,10 @@ def test_runs_multiply_the_state_and_only_batched_runs_multiply_the_working_sets
     alg = fa.algorithms.FedLaAvg(clients_per_round=2)
     one = fa.estimate_memory(task, fd, alg).terms
     # the runs' states, and the copies a layout makes: map stacks new states beside the old,
-    # loop holds the slice of the run being trained
-    for layout, states, working in (("vmap", 4, 4), ("map", 8, 1), ("loop", 5, 1)):
+    # loop holds the slices of the runs it trains at once (one a core, at most 4)
+    workers = fa.cohort.loop_workers(4)
+    for layout, states, working in (("vmap", 4, 4), ("map", 8, 1),
+                                    ("loop", 4 + workers, workers)):
         four = fa.estimate_memory(task, fd, alg, runs=4, runs_layout=layout).terms
         assert four["per_client_tables"] == states * one["per_client_tables"], layout
         assert four["server_state"] == states * one["server_state"], layout

@@ -1,7 +1,11 @@
 """Runs of one configuration in one compiled program: hyperparameter values and availability
 parameters on the runs axis (issue 9), checked against separate runs."""
 
+import os
+import threading
+
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
@@ -110,6 +114,82 @@ def test_the_automatic_runs_layout_loops_over_runs_on_a_cpu_and_batches_elsewher
     assert fa.cohort.runs_layout("map") == "map"
     with pytest.raises(ValueError, match="'loop' runs without a mesh"):
         fa.cohort.runs_layout("loop", mesh=object())
+
+
+def test_the_loop_layout_trains_one_run_a_core_at_most_all_runs(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert [fa.cohort.loop_workers(s) for s in (1, 2, 3, 8)] == [1, 2, 3, 3]
+
+
+def test_the_loop_layout_runs_its_runs_at_once_and_writes_each_back():
+    # Each run waits for another to be running beside it (a barrier of 2 with a timeout): the
+    # runs overlap, never more than loop_workers at once, and every run's new slice lands in
+    # its own row, whatever order they finish in.
+    from fedjax_avail import engine
+
+    barrier, lock = threading.Barrier(2, timeout=30), threading.Lock()
+    live, most = [0], [0]
+
+    def one_run(i, row):
+        with lock:
+            live[0] += 1
+            most[0] = max(most[0], live[0])
+        if i < 4:
+            barrier.wait()  # raises BrokenBarrierError unless two runs are live at once
+        with lock:
+            live[0] -= 1
+        return {"w": row["w"] * 10 + i}, f"run {i}"
+
+    stacked = {"w": jnp.arange(5.0)[:, None] * jnp.ones((5, 3))}
+    out, extras = engine._each_run(stacked, one_run, 2)
+    np.testing.assert_array_equal(out["w"], (np.arange(5.0) * 11)[:, None] * np.ones((5, 3)))
+    assert extras == [f"run {i}" for i in range(5)]
+    assert most[0] == 2
+
+
+def test_the_memory_estimate_counts_the_runs_the_loop_trains_at_once(monkeypatch):
+    fd = fa.FederatedData(arrays={"x": np.zeros((6, 784), np.uint8), "y": np.zeros(6, np.int32)},
+                          offsets=np.arange(6, dtype=np.int32), counts=np.ones(6, np.int32))
+    task, alg = fa.tasks.logistic_regression(784, 10), fa.algorithms.FedLaAvg(clients_per_round=2)
+    one = fa.estimate_memory(task, fd, alg).terms
+    for cores, workers in ((1, 1), (3, 3), (16, 4)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, c=cores: set(range(c)),
+                            raising=False)
+        four = fa.estimate_memory(task, fd, alg, runs=4, runs_layout="loop").terms
+        assert four["per_client_tables"] == (4 + workers) * one["per_client_tables"], cores
+        assert four["cohort_working_set"] == workers * one["cohort_working_set"], cores
+    two = fa.estimate_memory(task, fd, alg, runs=4, runs_layout="loop", loop_workers=2).terms
+    assert two["per_client_tables"] == 6 * one["per_client_tables"]
+    with pytest.raises(ValueError, match="loop_workers must be None or an integer >= 1"):
+        fa.estimate_memory(task, fd, alg, runs=4, runs_layout="loop", loop_workers=0)
+
+
+def test_the_loop_trains_fewer_runs_at_once_rather_than_refuse_a_run(setting, monkeypatch):
+    # Memory for 4 runs' states and one more slice, not two: the run goes ahead one run at a
+    # time (and equals its separate runs), where it would be refused only if one did not fit.
+    from fedjax_avail import engine, memory
+
+    task, fd = setting
+    alg = fa.algorithms.FedLaAvg(clients_per_round=4, client_lr=0.1)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    process = fa.availability.Bernoulli(0.6)
+    kw = dict(availability=process, test_data=None, runs=4, runs_layout="loop")
+    one = fa.estimate_memory(task, fd, alg, loop_workers=1, **kw).total
+    two = fa.estimate_memory(task, fd, alg, loop_workers=2, **kw).total
+    assert two > one
+    seen = []
+    each_run = engine._each_run
+    monkeypatch.setattr(engine, "_each_run",
+                        lambda stacked, fn, workers: seen.append(workers) or each_run(
+                            stacked, fn, workers))
+    monkeypatch.setattr(memory, "available_bytes", lambda: (one + two) // 2)
+    batch = fa.simulate(task, fd, alg, process, rounds=4, seed=[0, 1, 2, 3], runs_layout="loop")
+    assert seen and set(seen) == {1}
+    alone = fa.simulate(task, fd, alg, process, rounds=4, seed=2)
+    np.testing.assert_array_equal(_flat(batch[2].params), _flat(alone.params))
+    monkeypatch.setattr(memory, "available_bytes", lambda: one - 1)
+    with pytest.raises(MemoryError, match="this run needs about"):
+        fa.simulate(task, fd, alg, process, rounds=4, seed=[0, 1, 2, 3], runs_layout="loop")
 
 
 def test_an_unknown_runs_layout_is_refused_by_name_before_compute(setting):
