@@ -72,7 +72,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from _common import ClientLoop, machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+from _common import ClientLoop, machine_info, matmul_flop_per_s, write_json  # noqa: I001 (benchmarks/ is on sys.path)
 from flax import linen as nn
 from peers import cifar10_shape
 from peers._timing import round_figures
@@ -220,6 +220,14 @@ def cifar10_workload(args: argparse.Namespace) -> dict[str, Any]:
     best = min(ours["s_per_round"], ours_chunked["s_per_round"])
     ok = pfl["status"] == "ok"
     ratio = pfl["s_per_round"] / best if ok else None
+    # The arithmetic's ceiling: a round's FLOPs at the dense matmul rate of this machine
+    matmul = matmul_flop_per_s()
+    flops = {"flop_per_round": cifar10_shape.FLOP_PER_ROUND, "matmul_flop_per_s": matmul,
+             "ours_flop_per_s": cifar10_shape.FLOP_PER_ROUND / best,
+             "pfl_flop_per_s": cifar10_shape.FLOP_PER_ROUND / pfl["s_per_round"] if ok else None,
+             "round_at_matmul_rate_s": cifar10_shape.FLOP_PER_ROUND / matmul,
+             "most_speedup_over_pfl": pfl["s_per_round"] * matmul / cifar10_shape.FLOP_PER_ROUND
+             if ok else None}
     return {
         "config": {
             "num_clients": cifar10_shape.NUM_CLIENTS,
@@ -235,6 +243,7 @@ def cifar10_workload(args: argparse.Namespace) -> dict[str, Any]:
         "ours_client_chunk_1": ours_chunked,
         "pfl": pfl,
         "same_model": ok and pfl["num_params"] == ours["num_params"] == cifar10_shape.NUM_PARAMS,
+        "arithmetic": flops,
         "ratios": {"pfl_over_ours": pfl["s_per_round"] / ours["s_per_round"] if ok else None,
                    "pfl_over_ours_client_chunk_1":
                        pfl["s_per_round"] / ours_chunked["s_per_round"] if ok else None,
@@ -447,8 +456,14 @@ def print_cifar10(figures: dict[str, Any]) -> None:
         if f.get("status", "ok") != "ok":
             print(f"  {label:<22} {f['status']}: {f['reason']}")
             continue
+        rate = cifar10_shape.FLOP_PER_ROUND / f["s_per_round"] / 1e9
         print(f"  {label:<22} {f['s_per_round']:>8.3f} s/round {f['s_per_round'] / ours:>7.2f}x"
-              f"  params {f['num_params']:,}")
+              f"  params {f['num_params']:,}  {rate:6.1f} GFLOP/s")
+    flops = figures["arithmetic"]
+    print(f"  a round is {flops['flop_per_round'] / 1e9:.1f} GFLOP; at this machine's dense "
+          f"matmul rate ({flops['matmul_flop_per_s'] / 1e9:.0f} GFLOP/s) "
+          f"{flops['round_at_matmul_rate_s']:.3f} s, so no system doing this arithmetic "
+          f"can beat pfl by more than {flops['most_speedup_over_pfl'] or float('nan'):.1f}x here")
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -51,7 +51,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+from _common import best_seconds, machine_info, matmul_flop_per_s, write_json  # noqa: I001 (benchmarks/ is on sys.path)
 
 import fedjax_avail as fa
 from fedjax_avail.local import flat_size
@@ -196,23 +196,6 @@ def part_tasks(args, record, matmul_flops: float | None) -> None:
                   flush=True)
 
 
-def _best_seconds(fn, arg, repeats: int) -> float:
-    """The fastest of ``repeats`` timed calls ``fn(arg)`` to ``block_until_ready``, after one
-    untimed call (compilation)."""
-    fn(arg).block_until_ready()
-    best = np.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn(arg).block_until_ready()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-def _matmul_flops(repeats: int = 20) -> float:
-    a = jax.random.normal(jax.random.PRNGKey(0), (2048, 2048), jnp.float32)
-    return 2 * 2048**3 / _best_seconds(jax.jit(lambda x: x @ x), a, repeats)
-
-
 def _bare_einsum_s_per_round(repeats: int = 5, rounds: int = 50) -> float:
     """C SGD steps of K logistic regressions on pre-gathered ``[K, C, B, 784]`` batches."""
     rng = np.random.default_rng(0)
@@ -233,7 +216,7 @@ def _bare_einsum_s_per_round(repeats: int = 5, rounds: int = 50) -> float:
         return w + jnp.mean(wk - w, axis=0), None
 
     run = jax.jit(lambda w: jax.lax.scan(one_round, w, (x, y))[0])
-    return _best_seconds(run, jnp.zeros((10, 784), jnp.float32), repeats) / rounds
+    return best_seconds(run, jnp.zeros((10, 784), jnp.float32), repeats) / rounds
 
 
 def plot(rows: list, path: Path) -> None:
@@ -298,7 +281,7 @@ def main(argv: list[str] | None = None) -> None:
     rows: list = []
     matmul = bare = None
     if "flops" in parts:
-        matmul = _matmul_flops()
+        matmul = matmul_flop_per_s()
         bare = _bare_einsum_s_per_round()
         print(f"dense 2048x2048 float32 matmul: {matmul / 1e9:.1f} GFLOP/s; bare batched-einsum "
               f"SGD of the logistic-regression cohort (K={K}, C={C}, B={B}): "

@@ -34,6 +34,18 @@ NUM_PARAMS = (3 * 3 * 3 * 32 + 32) + (3 * 3 * 32 * 64 + 64) + (14 * 14 * 64 * 12
     + (128 * 10 + 10)
 
 
+# Multiply-adds of one image's forward pass: each layer's outputs times the inputs each one reads.
+_CONV1 = 30 * 30 * 32 * (3 * 3 * 3)
+_CONV2 = 28 * 28 * 64 * (3 * 3 * 32)
+_DENSE = 14 * 14 * 64 * 128 + 128 * 10
+# One SGD step on one image: the forward pass, then the backward pass's weight gradients (as
+# many multiply-adds as the forward pass) and input gradients (the same, but the image's own,
+# which nothing needs); 2 FLOP a multiply-add. 99.5 MFLOP.
+FLOP_PER_IMAGE_STEP = 2 * (3 * (_CONV1 + _CONV2 + _DENSE) - _CONV1)
+# One round: the cohort's clients each train one epoch over their images. 248.6 GFLOP.
+FLOP_PER_ROUND = FLOP_PER_IMAGE_STEP * COHORT * IMAGES_PER_CLIENT * LOCAL_EPOCHS
+
+
 def synthetic_clients(seed: int = SEED) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(x, y, client)``: ``x`` float32 ``[M, 32, 32, 3]`` standard normal (normalised pixels),
     ``y`` int64 ``[M]`` uniform in 0..9 and ``client`` int64 ``[M]``, the owner of each row

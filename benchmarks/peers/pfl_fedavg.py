@@ -76,6 +76,8 @@ class RoundClock(TrainingProcessCallback):
 
     def after_central_iteration(self, aggregate_metrics: Metrics, model: Any, *,
                                 central_iteration: int) -> tuple[bool, Metrics]:
+        if torch.cuda.is_available():  # pfl trains on the GPU when there is one: wait for it
+            torch.cuda.synchronize()
         self.times.append(time.perf_counter())
         return False, Metrics()
 
@@ -185,7 +187,8 @@ def run(workload: str, partition: str | None, rounds: int) -> dict[str, Any]:
     ends = np.diff(clock.times)  # [rounds + 1]: the warm-up iteration, then the timed ones
     with torch.no_grad():
         module.eval()
-        loss = float(torch.nn.functional.cross_entropy(module(x), y.long()))
+        device = next(module.parameters()).device  # pfl moved the model to its device
+        loss = float(torch.nn.functional.cross_entropy(module(x.to(device)), y.long().to(device)))
     return {
         "system": "pfl",
         "workload": workload,

@@ -114,13 +114,13 @@ WKAFL_MNIST_TABLE2 = Sweep(
         "P/K=300 (3000/10)": dict(num_clients=3000, clients_per_round=10),
     },
     measured=(
-        "`fedjax-avail run wkafl-mnist-table2 --set model=lr --set pixels=unit --set lr=0.05` "
-        "(2026-11-22, 2-core CPU): final test acc WKAFL / TWAFL / SASGD: P/K=100 0.882 / 0.898 / "
-        "0.872, P/K=150 0.886 / 0.896 / 0.869, P/K=300 0.897 / 0.864 / 0.842 (paper, CNN: "
-        "0.9728 / 0.9572 / 0.8553 at 300). The CNN at P/K=300 (`fedjax-avail run wkafl-mnist "
-        "--set num_clients=3000 --set clients_per_round=10 --set eval_every=250 --set "
-        "train_eval_examples=10000`, 2026-11-25, 57 min; docs/results/wkafl-mnist-cnn-pk300): "
-        "0.9550 / 0.9656 / 0.8794."
+        "The default (the paper's CNN) on one NVIDIA H200 (2026-11-26, JAX 0.11.2, one process "
+        "per algorithm; docs/results/wkafl-mnist-table2-cnn): final test acc WKAFL / TWAFL / "
+        "SASGD: P/K=100 0.9731 / 0.9674 / 0.9576, P/K=150 0.9707 / 0.9717 / 0.9610, P/K=300 "
+        "0.9581 / 0.9671 / 0.8790 (paper: 0.9734 / 0.962 / 0.9319, 0.9756 / 0.9649 / 0.8753, "
+        "0.9728 / 0.9572 / 0.8553); 13-28 s a setting and algorithm. With `--set model=lr --set "
+        "pixels=unit --set lr=0.05` (2026-11-22, 2-core CPU): P/K=100 0.882 / 0.898 / 0.872, "
+        "P/K=150 0.886 / 0.896 / 0.869, P/K=300 0.897 / 0.864 / 0.842."
     ),
 )
 
@@ -132,10 +132,15 @@ WKAFL_MNIST_TABLE3 = Sweep(
     defaults=dict(num_clients=3000, clients_per_round=10,
                   algorithms=("wkafl", "twafl", "gsgm", "sasgd")),
     measured=(
-        "`fedjax-avail run wkafl-mnist-table3 --set model=lr --set pixels=unit --set lr=0.05` "
-        "(2026-11-22, 2-core CPU): final test acc WKAFL / TWAFL / GSGM / SASGD: L_num=1 0.897 / "
-        "0.864 / 0.766 / 0.842, L_num=5 0.903 / 0.897 / 0.724 / 0.851, L_num=10 0.898 / 0.893 / "
-        "0.709 / 0.848. The CNN default was not run here."
+        "The default (the paper's CNN) on one NVIDIA H200 (2026-11-26, JAX 0.11.2; "
+        "docs/results/wkafl-mnist-table3-cnn): final test acc WKAFL / TWAFL / GSGM / SASGD: "
+        "L_num=1 0.9581 / 0.9671 / diverged / 0.8790, L_num=5 0.9605 / 0.9681 / diverged / "
+        "0.9405, L_num=10 0.9584 / 0.9660 / diverged / 0.9247 (paper: 0.9728 / 0.9572 / 0.9057 "
+        "/ 0.8553, 0.9754 / 0.9649 / 0.908 / 0.8753, 0.9658 / 0.9623 / 0.9075 / 0.8619). GSGM's "
+        "plain mean of true stale gradients at lr 0.005 overflows by iteration 950 (the authors' "
+        "clients track the live model: docs/reproducing.md). With `--set model=lr --set "
+        "pixels=unit --set lr=0.05` (2026-11-22, 2-core CPU): L_num=1 0.897 / 0.864 / 0.766 / "
+        "0.842, L_num=5 0.903 / 0.897 / 0.724 / 0.851, L_num=10 0.898 / 0.893 / 0.709 / 0.848."
     ),
 )
 
