@@ -4,11 +4,12 @@ For FedAvg and FedLaAvg on the FedLaAvg MNIST setting (N = 1000, K = 100, C = 10
 logistic regression, diurnal E = 100, D = 1), side by side in one process: one seed; S seeds in
 one program with each runs layout (``simulate(seed=[...], runs_layout=...)``: ``"vmap"``
 batches the runs into every operation, ``"map"`` runs them one after the other inside each
-compiled round, ``"loop"`` runs one compiled single-run program for each run's chunk of rounds
-in turn, ``"auto"`` picks per backend); and a loop of S separate ``simulate`` calls, the cost
-one call must never exceed. Wall time of each whole call (compile and evaluation included)
-and its rounds alone, each the best of ``--repeats``. Targets (issue 17): S runs in one call
-never slower than the loop; on 2 CPU cores 8 seeds in <= 4x one seed's wall time.
+compiled round, ``"loop"`` runs one compiled single-run program for each run's chunk of rounds,
+one run per CPU core at once on threads, ``"auto"`` picks per backend); and a loop of S
+separate ``simulate`` calls, the cost one call must never exceed. Wall time of each whole
+call (compile and evaluation included) and its rounds alone, each the best of ``--repeats``.
+Targets (issue 17): S runs in one call never slower than the loop; on 2 CPU cores 8 seeds in
+<= 4x one seed's wall time.
 
 Usage::
 

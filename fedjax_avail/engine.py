@@ -230,35 +230,33 @@ def _put_run(stacked: Any, i: jax.Array, one: Any) -> Any:
     return jax.tree.map(lambda a, b: a.at[i].set(b), stacked, one)
 
 
-def _each_run(stacked: Any, one_run: Callable[[int, Any], tuple[Any, Any]],
-              workers: int) -> tuple[Any, list]:
+def _runs_at_once(stacked: Any, one_run: Callable[[int, Any], tuple[Any, Any]], workers: int,
+                  keep: Callable[[Any], None]) -> list[Any]:
     """The ``"loop"`` layout's runs: ``one_run(i, run i's slice of stacked) -> (its new slice,
     extra)`` for each run i of ``stacked`` (a runs axis ``[S, ...]``), ``workers`` at once on
     threads (XLA:CPU runs one small run on about one core: :func:`fedjax_avail.cohort.
-    loop_workers`). At most ``workers`` slices are alive; each new one is written back in place
-    as it finishes. Returns the updated ``stacked`` and the extras in run order."""
+    loop_workers`). At most ``workers`` slices are in flight; each new one is written back in
+    place (``stacked`` is donated) and released before the next is taken, and ``keep`` gets the
+    updated ``stacked`` after every write-back, so the caller always holds a live state, also
+    when a run raises. Returns the extras in run order."""
     count = len(jax.tree.leaves(stacked)[0])
     extras: list[Any] = [None] * count
     pending = iter(range(count))
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         running: dict[concurrent.futures.Future, int] = {}
-
-        def submit() -> None:
-            i = next(pending, None)
-            if i is not None:
-                running[pool.submit(one_run, i, jax.tree.map(lambda a: a[i], stacked))] = i
-
-        for _ in range(workers):
-            submit()
-        while running:
+        while True:
+            while len(running) < workers and (i := next(pending, None)) is not None:
+                running[pool.submit(one_run, i, jax.tree.map(lambda a, i=i: a[i], stacked))] = i
+            if not running:
+                return extras
             done, _ = concurrent.futures.wait(running,
                                               return_when=concurrent.futures.FIRST_COMPLETED)
             for future in done:
                 i = running.pop(future)
                 new, extras[i] = future.result()
                 stacked = _put_run(stacked, i, new)
-                submit()
-    return stacked, extras
+                keep(stacked)
+            del done, future, new  # the finished slices, written back
 
 
 class RoundChunks:
@@ -304,7 +302,7 @@ class RoundChunks:
             health = jnp.where((health == _HEALTHY) & bad, r, health)
             return (alg_state, cursor, health), metrics
 
-        # "loop": one single-run program, executed for each run (__call__, _each_run)
+        # "loop": one single-run program, executed for each run (_each_run, _runs_at_once)
         self._loop = runs.several and layout == "loop"
         step = (cohort_lib.map_runs(one_round, (0, None, 0, None, 0), layout)
                 if runs.several and not self._loop else one_round)
@@ -325,7 +323,10 @@ class RoundChunks:
         self._workers = workers  # the runs a "loop" trains at once
 
     def _executable(self, run: Run, round_ids: jax.Array, carry: Any, keys: Any,
-                    hyper: dict[str, jax.Array]) -> Any:
+                    hyper: dict[str, jax.Array], in_flight: int = 0) -> Any:
+        """The compiled chunk of ``len(round_ids)`` rounds for arguments of these shapes; its
+        working set is recorded in ``run.memory`` (times ``in_flight`` runs of a ``"loop"``,
+        each also holding its state slice ``carry``)."""
         length = len(round_ids)
         if length not in self._compiled:
             data = self._args[0]
@@ -336,6 +337,8 @@ class RoundChunks:
             run.timing["compile"] += time.perf_counter() - start
             analysis = self._compiled[length].memory_analysis()
             temp = int(getattr(analysis, "temp_size_in_bytes", 0) or 0)
+            if in_flight:
+                temp = in_flight * (temp + memory.tree_bytes(carry))
             run.memory["working_set"] = max(run.memory.get("working_set", 0), temp)
         return self._compiled[length]
 
@@ -360,22 +363,30 @@ class RoundChunks:
 
     def _each_run(self, run: Run, round_ids: jax.Array) -> Any:
         """The ``"loop"`` layout: the single-run program over each run's slice of the stacked
-        carry (:func:`_each_run`), written back in place; the metrics stacked as a runs axis
-        ``[length, S]``."""
+        carry (:func:`_runs_at_once`), written back in place; the metrics stacked as a runs
+        axis ``[length, S]``."""
         data, keys, hyper = self._args
-        executable = self._executable(  # compiled once, here, for run 0's slice's shapes
-            run, round_ids, *jax.tree.map(lambda a: a[0], (run.carry, keys, hyper)))
+        executable = self._executable(run, round_ids, *_run_shapes((run.carry, keys, hyper)),
+                                      in_flight=self._workers)
 
-        def one_run(i, carry):
+        def one_run(i: int, carry: Any) -> tuple[Any, Any]:
             run_keys, run_hyper = jax.tree.map(lambda a: a[i], (keys, hyper))
             carry, chunk = executable(carry, data, round_ids, run_keys, run_hyper)
             return jax.block_until_ready(carry), chunk
 
+        def keep(carry: Any) -> None:
+            run.carry = carry
+
         start = time.perf_counter()
-        run.carry, metrics = _each_run(run.carry, one_run, self._workers)
+        metrics = _runs_at_once(run.carry, one_run, self._workers, keep)
         jax.block_until_ready(run.carry)
         run.timing["run"] += time.perf_counter() - start
         return jax.tree.map(lambda *each: jnp.stack(each, axis=1), *metrics)
+
+
+def _run_shapes(stacked: Any) -> Any:
+    """The shapes of one run's slice of ``stacked`` (a runs axis ``[S, ...]``), copying nothing."""
+    return jax.eval_shape(lambda tree: jax.tree.map(lambda a: a[0], tree), stacked)
 
 
 def _prepare(run: Run, prepare: Callable[..., Any], task: Task, placement: Placement,
@@ -389,26 +400,29 @@ def _prepare(run: Run, prepare: Callable[..., Any], task: Task, placement: Place
     def prepare_state(state, data):
         return prepare(state, Problem(task, data, *chunks))
 
-    loop = run.several and layout == "loop"  # the single-run pass, for each run (_each_run)
+    loop = run.several and layout == "loop"  # the single-run pass, runs at once (_runs_at_once)
     prepare_fn = (cohort_lib.map_runs(prepare_state, (0, None), layout)
                   if run.several and not loop else prepare_state)
     placed = {} if mesh is None else dict(out_shardings=placement.carry_shardings[0])
     state = run.carry[0]
-    first = jax.tree.map(lambda a: a[0], state) if loop else state
     with _mesh_context(mesh):
         # donated: the state may hold [N, P] tables, which must not exist twice
-        executable = jax.jit(prepare_fn, donate_argnums=0, keep_unused=True,
-                             **placed).lower(first, placement.data).compile()
+        executable = jax.jit(prepare_fn, donate_argnums=0, keep_unused=True, **placed).lower(
+            _run_shapes(state) if loop else state, placement.data).compile()
     analysis = executable.memory_analysis()
     run.memory["working_set"] = sum(int(getattr(analysis, name, 0) or 0) for name in (
         "temp_size_in_bytes", "output_size_in_bytes")) - int(
             getattr(analysis, "alias_size_in_bytes", 0) or 0)
     if loop:
-        state, _ = _each_run(state, lambda i, one: (
-            jax.block_until_ready(executable(one, placement.data)), None), workers)
+        def keep(stacked: Any) -> None:
+            run.carry = (stacked, *run.carry[1:])
+
+        _runs_at_once(state, lambda i, one: (
+            jax.block_until_ready(executable(one, placement.data)), None), workers, keep)
+        del state  # donated: run.carry holds the prepared one
     else:
-        state = executable(state, placement.data)
-    run.carry = (jax.block_until_ready(state), *run.carry[1:])
+        run.carry = (executable(state, placement.data), *run.carry[1:])
+    jax.block_until_ready(run.carry[0])
     run.timing["prepare"] = time.perf_counter() - start
     finite = cohort_lib.map_runs(_finite, (0,)) if run.several else _finite
     return np.atleast_1d(to_host(jax.jit(finite)(run.carry[0])))
@@ -586,11 +600,11 @@ def simulate(
             runs=len(runs.seeds), runs_layout=layout, mesh=mesh, loop_workers=workers)
 
     estimate = estimate_for(workers)
+    available = memory.available_bytes() if check_memory or workers > 1 else None
+    while workers > 1 and available is not None and estimate.total > available:
+        workers -= 1  # fewer runs trained at once, before refusing (or trying) the run
+        estimate = estimate_for(workers)
     if check_memory:
-        available = memory.available_bytes()
-        while workers > 1 and available is not None and estimate.total > available:
-            workers -= 1  # fewer runs trained at once before refusing the run
-            estimate = estimate_for(workers)
         memory.check_fits(estimate, available)
     held = MeasureHeld()  # before anything of the run is allocated
     carry, keys = _initial_carry(task, data.num_clients, runs)

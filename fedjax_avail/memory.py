@@ -87,8 +87,9 @@ def format_bytes(size: float) -> str:
     raise AssertionError
 
 
-def _nbytes(tree) -> int:
-    return int(sum(math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize
+def tree_bytes(tree: Any) -> int:
+    """Bytes of a pytree of arrays or shapes (``jax.ShapeDtypeStruct``; PRNG keys included)."""
+    return int(sum(math.prod(leaf.shape) * leaf.dtype.itemsize
                    for leaf in jax.tree.leaves(tree)))
 
 
@@ -138,8 +139,9 @@ def estimate_memory(
 
     Raises:
       TypeError: ``data`` is not a :class:`fedjax_avail.FederatedData`.
-      ValueError: ``runs`` is not an integer >= 1, ``client_chunk`` not None, "auto" or >= 1, or
-        ``runs_layout`` not one of "vmap", "map", "loop".
+      ValueError: ``runs`` is not an integer >= 1, ``client_chunk`` not None, "auto" or >= 1,
+        ``runs_layout`` not one of "vmap", "map", "loop", or ``loop_workers`` not None or an
+        integer >= 1.
 
     Example:
       >>> est = fa.estimate_memory(task, fd, fa.algorithms.FedLaAvg(clients_per_round=100))
@@ -174,7 +176,7 @@ def estimate_memory(
             tables[f"{name} {list(leaf.shape)} {leaf.dtype}"] = size
         else:
             server += size
-    avail = 0 if availability is None else _nbytes(
+    avail = 0 if availability is None else tree_bytes(
         jax.eval_shape(lambda k: availability.init(k, num_clients), key))
     test = test_data.arrays if isinstance(test_data, FederatedData) else test_data
     train_chunk, full_batch_chunk = client_chunks(

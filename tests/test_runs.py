@@ -82,9 +82,12 @@ def test_runs_resume_from_their_checkpoint(setting, tmp_path):
 
 @pytest.mark.parametrize("layout", ["loop", pytest.param("map", marks=pytest.mark.slow),
                                     pytest.param("vmap", marks=pytest.mark.slow)])
-def test_each_runs_layout_gives_every_run_its_separate_result(setting, layout):
+def test_each_runs_layout_gives_every_run_its_separate_result(setting, layout,
+                                                             monkeypatch):
     # FedLaAvg (a per-client table in the state) with LeastRecent selection, and FedAvg with
-    # DivFL (a prepare pass before round 0): every run of the runs axis is its separate run.
+    # DivFL (a prepare pass before round 0): every run of the runs axis is its separate run;
+    # "loop" trains two of the three runs at once (two cores), whatever the machine has.
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     task, fd = setting
     for alg in (fa.algorithms.FedLaAvg(clients_per_round=4, client_lr=0.1),
                 fa.algorithms.FedAvg(clients_per_round=4, selection=fa.selection.DivFL())):
@@ -140,11 +143,13 @@ def test_the_loop_layout_runs_its_runs_at_once_and_writes_each_back():
             live[0] -= 1
         return {"w": row["w"] * 10 + i}, f"run {i}"
 
+    kept = []
     stacked = {"w": jnp.arange(5.0)[:, None] * jnp.ones((5, 3))}
-    out, extras = engine._each_run(stacked, one_run, 2)
-    np.testing.assert_array_equal(out["w"], (np.arange(5.0) * 11)[:, None] * np.ones((5, 3)))
+    extras = engine._runs_at_once(stacked, one_run, 2, kept.append)
+    np.testing.assert_array_equal(kept[-1]["w"],
+                                  (np.arange(5.0) * 11)[:, None] * np.ones((5, 3)))
     assert extras == [f"run {i}" for i in range(5)]
-    assert most[0] == 2
+    assert most[0] == 2 and len(kept) == 5  # the caller holds the live state after each run
 
 
 def test_the_memory_estimate_counts_the_runs_the_loop_trains_at_once(monkeypatch):
@@ -178,10 +183,10 @@ def test_the_loop_trains_fewer_runs_at_once_rather_than_refuse_a_run(setting, mo
     two = fa.estimate_memory(task, fd, alg, loop_workers=2, **kw).total
     assert two > one
     seen = []
-    each_run = engine._each_run
-    monkeypatch.setattr(engine, "_each_run",
-                        lambda stacked, fn, workers: seen.append(workers) or each_run(
-                            stacked, fn, workers))
+    runs_at_once = engine._runs_at_once
+    monkeypatch.setattr(engine, "_runs_at_once",
+                        lambda stacked, fn, workers, keep: seen.append(workers) or runs_at_once(
+                            stacked, fn, workers, keep))
     monkeypatch.setattr(memory, "available_bytes", lambda: (one + two) // 2)
     batch = fa.simulate(task, fd, alg, process, rounds=4, seed=[0, 1, 2, 3], runs_layout="loop")
     assert seen and set(seen) == {1}
