@@ -118,7 +118,7 @@ WKAFL_MNIST_TABLE2 = Sweep(
         "per algorithm; docs/results/wkafl-mnist-table2-cnn): final test acc WKAFL / TWAFL / "
         "SASGD: P/K=100 0.9731 / 0.9674 / 0.9576, P/K=150 0.9707 / 0.9717 / 0.9610, P/K=300 "
         "0.9581 / 0.9671 / 0.8790 (paper: 0.9734 / 0.962 / 0.9319, 0.9756 / 0.9649 / 0.8753, "
-        "0.9728 / 0.9572 / 0.8553); 13-28 s a setting and algorithm. With `--set model=lr --set "
+        "0.9728 / 0.9572 / 0.8553); 12-41 s a setting and algorithm. With `--set model=lr --set "
         "pixels=unit --set lr=0.05` (2026-11-22, 2-core CPU): P/K=100 0.882 / 0.898 / 0.872, "
         "P/K=150 0.886 / 0.896 / 0.869, P/K=300 0.897 / 0.864 / 0.842."
     ),
