@@ -19,28 +19,43 @@ import fedjax_avail as fa
 from fedjax_avail.testing import point_clients, quadratic_task  # noqa: F401 (tests import them)
 
 REPO = Path(__file__).resolve().parents[1]
-# The CLI caches compiled programs in the user's cache directory; tests write nothing there
-# (tests/test_compilation_cache.py turns that cache on in processes of its own).
-os.environ[fa.compilation_cache.ENV] = "0"
-# The tests share compiled programs instead: JAX's persistent cache in a directory of this
-# session, so a program another test already compiled is loaded, not compiled again (the
-# default tier: 10:03 -> 7:03 on 2 cores). A hit is the very executable the compilation would
-# give, so no result changes. FEDJAX_AVAIL_TEST_CACHE names a directory to keep across sessions
-# (CI's two tiers share one) or is "0" to compile every program afresh.
+# The tests share compiled programs: JAX's persistent cache in a directory of this session, so a
+# program another test already compiled is loaded, not compiled again (the default tier: 10:03
+# -> 7:03 on 2 cores). A hit is the very executable the compilation would give, so no result
+# changes. FEDJAX_AVAIL_TEST_CACHE names a directory to keep across sessions (CI's two tiers
+# share one) or is "0" to compile every program afresh. The directory reaches pytest-xdist's
+# workers through TEST_CACHE_ENV and the CLI and notebooks run by tests through the CLI's own
+# setting, so nothing is written to the user's cache directory
+# (tests/test_compilation_cache.py tests that one in processes of its own).
 TEST_CACHE_ENV = "FEDJAX_AVAIL_TEST_CACHE"
 
 
 def _share_compiled_programs() -> None:
     directory = os.environ.get(TEST_CACHE_ENV, "")
     if directory == "0":
+        os.environ[fa.compilation_cache.ENV] = "0"
         return
-    if not directory:
+    if not directory:  # the first process (pytest's, or xdist's controller) makes it
         directory = tempfile.mkdtemp(prefix="fedjax_avail_tests_")
         atexit.register(shutil.rmtree, directory, ignore_errors=True)
+        os.environ[TEST_CACHE_ENV] = directory
+    os.environ[fa.compilation_cache.ENV] = directory
     fa.enable_compilation_cache(directory)
 
 
 _share_compiled_programs()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The default tier (``-m 'not slow'``) checks behaviour on many small programs that run for
+    milliseconds: XLA compiles them without LLVM's optimisation passes (the conformance battery
+    213 s -> 149 s on 2 cores). That never changes what a test compares: each compares programs
+    compiled alike, or within a tolerance. The slow tier trains real models for minutes (3x
+    slower unoptimised), so it keeps XLA's default. Set before JAX starts its backend;
+    subprocesses (the CLI) inherit it; an XLA_FLAGS naming a level of its own is kept."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if config.getoption("markexpr") == "not slow" and "xla_backend_optimization_level" not in flags:
+        os.environ["XLA_FLAGS"] = (flags + " --xla_backend_optimization_level=0").strip()
 MNIST_DIR = Path(os.environ.get(fa.data.MNIST_ENV, REPO.parent / "shared" / "data" / "mnist"))
 
 

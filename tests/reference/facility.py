@@ -52,7 +52,10 @@ def objective_greedy(features, k: int, extra, divisor: float = 1.0,
 
     Returns the picks and the smallest margin over the steps between the best gain and the
     next lower one, relative to the largest ``|W(S + e)|`` of the step (inf if none is lower).
-    Exact ties (identical clients) are not margins: they go to the lowest index on both sides.
+    Exact ties of identical clients are not margins: they go to the lowest index on both sides.
+    An exact tie of distinct clients is a margin of 0: float32 sums in another order break it
+    either way (two mutual nearest neighbours each covering the other, the rest covered
+    already: ``W`` is the same sum in another order).
     """
     d = distance_table(features)
     n = len(d)
@@ -70,7 +73,9 @@ def objective_greedy(features, k: int, extra, divisor: float = 1.0,
         values = {e: value(picks + [e]) for e in range(n) if available[e] and e not in picks}
         ranked = sorted(values, key=lambda e: (-(values[e] - now), e))
         lower = [values[e] for e in ranked if values[e] < values[ranked[0]]]
-        if lower:
+        if any(values[e] == values[ranked[0]] and d[e][ranked[0]] > 0 for e in ranked[1:]):
+            margin = 0.0
+        elif lower:
             gap = values[ranked[0]] - lower[0]
             margin = min(margin, gap / max(max(abs(v) for v in values.values()), 1e-300))
         picks.append(ranked[0])
