@@ -26,7 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 # share one) or is "0" to compile every program afresh. The directory reaches pytest-xdist's
 # workers through TEST_CACHE_ENV and the CLI and notebooks run by tests through the CLI's own
 # setting, so nothing is written to the user's cache directory
-# (tests/test_compilation_cache.py tests that one in processes of its own).
+# (tests/test_compilation_cache.py tests that one in processes of its own). With several
+# writers, a read can meet an entry still being written: JAX then warns and compiles afresh.
 TEST_CACHE_ENV = "FEDJAX_AVAIL_TEST_CACHE"
 
 
@@ -44,6 +45,7 @@ def _share_compiled_programs() -> None:
 
 
 _share_compiled_programs()
+MNIST_DIR = Path(os.environ.get(fa.data.MNIST_ENV, REPO.parent / "shared" / "data" / "mnist"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -51,12 +53,12 @@ def pytest_configure(config: pytest.Config) -> None:
     milliseconds: XLA compiles them without LLVM's optimisation passes (the conformance battery
     213 s -> 149 s on 2 cores). That never changes what a test compares: each compares programs
     compiled alike, or within a tolerance. The slow tier trains real models for minutes (3x
-    slower unoptimised), so it keeps XLA's default. Set before JAX starts its backend;
+    slower unoptimised), so it keeps XLA's default (JAX's cache key holds the flags, so the
+    slow tier cannot load the default tier's programs). Set before JAX starts its backend;
     subprocesses (the CLI) inherit it; an XLA_FLAGS naming a level of its own is kept."""
     flags = os.environ.get("XLA_FLAGS", "")
     if config.getoption("markexpr") == "not slow" and "xla_backend_optimization_level" not in flags:
         os.environ["XLA_FLAGS"] = (flags + " --xla_backend_optimization_level=0").strip()
-MNIST_DIR = Path(os.environ.get(fa.data.MNIST_ENV, REPO.parent / "shared" / "data" / "mnist"))
 
 
 @pytest.fixture(scope="session")
