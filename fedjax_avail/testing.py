@@ -20,6 +20,7 @@ public so that tests of closed forms can use them too.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -171,17 +172,18 @@ def check_cohort_compute(algorithm: Algorithm, max_flops_per_client: float = 100
         step = jax.jit(lambda s, d: _round(algorithm, s, inputs, Problem(task, d)))
         return step.lower(state, jax.device_put(fd))
 
-    def flops(cost: Any) -> float | None:  # None: the backend counts no uncompiled program
-        cost = cost[0] if isinstance(cost, list) else cost
-        return None if cost is None else float(cost["flops"])
+    def per_client(count: Callable[[Any], Any]) -> float | None:
+        """FLOPs per extra client by ``count(lowered)``; None where the backend counts none."""
+        costs = [count(program) for program in (small, large)]
+        costs = [cost[0] if isinstance(cost, list) else cost for cost in costs]
+        if None in costs:
+            return None
+        return (float(costs[1]["flops"]) - float(costs[0]["flops"])) / 4950
 
     small, large = lowered(50), lowered(5000)
-    as_written = flops(small.cost_analysis()), flops(large.cost_analysis())
-    if None in as_written or (as_written[1] - as_written[0]) / 4950 >= max_flops_per_client:
-        per_extra_client = (flops(large.compile().cost_analysis())
-                            - flops(small.compile().cost_analysis())) / 4950
-    else:
-        per_extra_client = (as_written[1] - as_written[0]) / 4950
+    per_extra_client = per_client(lambda program: program.cost_analysis())
+    if per_extra_client is None or per_extra_client >= max_flops_per_client:
+        per_extra_client = per_client(lambda program: program.compile().cost_analysis())
     assert per_extra_client < max_flops_per_client, (
         f"a round costs {per_extra_client:.0f} FLOPs per extra client: it computes on all N "
         "clients instead of gathering the cohort")

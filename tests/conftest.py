@@ -23,9 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 # program another test already compiled is loaded, not compiled again (the default tier: 10:03
 # -> 7:03 on 2 cores). A hit is the very executable the compilation would give, so no result
 # changes. FEDJAX_AVAIL_TEST_CACHE names a directory to keep across sessions (CI's two tiers
-# share one) or is "0" to compile every program afresh. The directory reaches pytest-xdist's
-# workers through TEST_CACHE_ENV and the CLI and notebooks run by tests through the CLI's own
-# setting, so nothing is written to the user's cache directory
+# share one, each loading only its own programs) or is "0" to compile every program afresh.
+# The directory reaches pytest-xdist's workers through TEST_CACHE_ENV and the CLI and notebooks
+# run by tests through the CLI's own setting, so nothing is written to the user's cache directory
 # (tests/test_compilation_cache.py tests that one in processes of its own). With several
 # writers, a read can meet an entry still being written: JAX then warns and compiles afresh.
 TEST_CACHE_ENV = "FEDJAX_AVAIL_TEST_CACHE"
