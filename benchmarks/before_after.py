@@ -10,11 +10,12 @@ and fast phases of a noisy machine fall on both alike. Each measurement is one
 Setting: the FedLaAvg Fig. 2 MNIST benchmark (``fedlaavg_mnist.py``: N = 1000 one-digit clients,
 logistic regression, diurnal availability D = 1, E = 100, K = 100, C = 10, B = 5, lr 0.01),
 for FedAvg and FedLaAvg (``--algorithms`` also takes ``fedavg_divfl``: FedAvg with DivFL's
-selection, ``fedavg_poc``: with Power-of-Choice, d = N). ``fedbuff_<N>`` and ``kasync_<N>``
-(e.g. ``fedbuff_1e5``) time asynchronous updates on ``async_scaling.py``'s data (N clients of
-10 random 8x8 images, 64x10 logistic regression): FedBuff (K = 10, Q = 5, B = 5) and K-async
-SGD (K = 10, B = 4) on the event clock (Exponential(1) job times, M = 100 jobs in flight,
-H = 64), availability Bernoulli(0.5).
+selection, ``fedavg_poc``: with Power-of-Choice, d = N; ``fedavg_lenet5`` and ``fedavg_cnn``:
+FedAvg training LeNet-5 or WKAFL's CNN instead, the convolutional models on a CPU).
+``fedbuff_<N>`` and ``kasync_<N>`` (e.g. ``fedbuff_1e5``) time asynchronous updates on
+``async_scaling.py``'s data (N clients of 10 random 8x8 images, 64x10 logistic regression):
+FedBuff (K = 10, Q = 5, B = 5) and K-async SGD (K = 10, B = 4) on the event clock
+(Exponential(1) job times, M = 100 jobs in flight, H = 64), availability Bernoulli(0.5).
 
 Usage::
 
@@ -66,8 +67,12 @@ else:
                  "fedavg_divfl": lambda **c: fa.algorithms.FedAvg(
                      **c, selection=fa.selection.DivFL()),
                  "fedavg_poc": lambda **c: fa.algorithms.FedAvg(
-                     **c, selection=fa.selection.PowerOfChoice(d=1000))}[algorithm_name](**common)
-    task = fa.tasks.logistic_regression(784, 10)
+                     **c, selection=fa.selection.PowerOfChoice(d=1000)),
+                 "fedavg_lenet5": fa.algorithms.FedAvg, "fedavg_cnn": fa.algorithms.FedAvg,
+                 }[algorithm_name](**common)
+    task = {"fedavg_lenet5": lambda: fa.tasks.lenet5((28, 28, 1)),
+            "fedavg_cnn": lambda: fa.tasks.cnn((28, 28, 1))}.get(
+        algorithm_name, lambda: fa.tasks.logistic_regression(784, 10))()
 result = fa.simulate(task, fd, algorithm, process, rounds=rounds, seed=0, eval_every=rounds)
 print(json.dumps({"s_per_round": result.timing["s_per_round"],
                   "compile_s": result.timing["compile"],

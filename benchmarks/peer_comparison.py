@@ -156,8 +156,9 @@ def run_ours(task: fa.Task, fd: fa.FederatedData, rounds: int, repeats: int,
 class PflSimpleCNN(nn.Module):
     """pfl's ``simple_cnn`` (``peers/cifar10_shape.py``): two 3 x 3 convolutions (32, 64, no
     padding) with ReLU, 2 x 2 max pooling, 128 ReLU units, 10 outputs; Glorot-uniform weights.
-    Its convolutions are ``fa.tasks.conv_general_dilated``, as a user's own model gets them
-    (XLA:CPU's own convolutions are slow inside loops: ``benchmarks/README.md``)."""
+    Its convolutions are ``fa.tasks.conv_general_dilated`` and its pooling
+    ``fa.tasks.max_pool``, as a user's own model gets them (XLA:CPU's own convolutions and
+    pooling gradients are slow inside loops: ``benchmarks/README.md``)."""
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -166,7 +167,7 @@ class PflSimpleCNN(nn.Module):
                                  conv_general_dilated=fa.tasks.conv_general_dilated)
         x = nn.relu(conv(32, (3, 3))(x))
         x = nn.relu(conv(64, (3, 3))(x))
-        x = nn.max_pool(x, (2, 2), (2, 2)).reshape((x.shape[0], -1))
+        x = fa.tasks.max_pool(x, (2, 2), (2, 2)).reshape((x.shape[0], -1))
         x = nn.relu(nn.Dense(128, kernel_init=glorot)(x))
         return nn.Dense(cifar10_shape.NUM_CLASSES, kernel_init=glorot)(x)
 

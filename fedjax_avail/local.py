@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from fedjax_avail import cohort as cohort_lib
@@ -48,6 +49,16 @@ def _cohort_rows(problem, clients, key, steps, batch_size, batch_ids):
     counts = cohort_lib.gather(data.counts, clients)
     ids = clients if batch_ids is None else batch_ids
     return data.arrays, sample_rows(key, ids, offsets, counts, steps, batch_size)
+
+
+def _split(flat: jax.Array, like):
+    """``flat [P]`` (``ravel_pytree(like)[0]``'s layout) as a pytree shaped like ``like``, every
+    leaf in ``flat``'s dtype (``ravel_pytree``'s unravel would cast each to its leaf's dtype)."""
+    leaves, treedef = jax.tree.flatten(like)
+    ends = np.cumsum([math.prod(jnp.shape(leaf)) for leaf in leaves])
+    pieces = jnp.split(flat, ends[:-1])
+    return treedef.unflatten([piece.reshape(jnp.shape(leaf))
+                              for piece, leaf in zip(pieces, leaves, strict=True)])
 
 
 def _map_members(problem, one_member, params, starts, rows):
@@ -95,20 +106,25 @@ def local_sgd(
     Returns:
       ``[K, P]`` float32 deltas ``u_k = x_k^C - x_k^0``, flattened with ``ravel_pytree``.
     """
-    unravel = ravel_pytree(params)[1]
     arrays, rows = _cohort_rows(problem, clients, key, steps, batch_size, batch_ids)
 
-    def loss(x, batch_rows):
+    def loss(x, batch_rows):  # x: the model's pytree, each leaf in the flat vector's dtype
         batch = {name: a[batch_rows] for name, a in arrays.items()}
-        return problem.task.loss(unravel(x), batch)
+        model = jax.tree.map(lambda v, like: v.astype(like.dtype), x, params)
+        return problem.task.loss(model, batch)
 
     def one_member(x0, member_rows):  # [P], [C, B]
         def sgd_step(x, batch_rows):
-            g = jax.grad(loss)(x, batch_rows) + mu * (x - x0)
-            return x - lr * g, None
+            return jax.tree.map(lambda v, g, v0: v - lr * (g + mu * (v - v0)), x,
+                                jax.grad(loss)(x, batch_rows), start), None
 
-        x, _ = jax.lax.scan(sgd_step, x0, member_rows)
-        return x - x0
+        # The steps carry the model as a pytree, not as the flat [P] vector: slicing the
+        # leaves out of it and concatenating the gradient back cost 2 copies of the model a
+        # step (14 % of a step of pfl's CIFAR-10 CNN on a CPU; benchmarks/README.md). Same
+        # float operations on the same values, so the deltas are unchanged.
+        start = _split(x0, params)
+        x, _ = jax.lax.scan(sgd_step, start, member_rows)
+        return ravel_pytree(x)[0] - x0
 
     return _map_members(problem, one_member, params, starts, rows)
 

@@ -1,9 +1,11 @@
 """FedAvg family: the contract's server step, reductions, and the plain reference loop."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import point_clients, quadratic_task
+from jax.flatten_util import ravel_pytree
 from reference import loop
 
 import fedjax_avail as fa
@@ -87,3 +89,38 @@ def test_sequential_sgd_takes_K_times_C_steps_on_pooled_data():
     result = fa.simulate(quadratic_task(), fd, alg, fa.availability.AlwaysOn(), rounds=1)
     # Six steps of x <- x - 0.1 * 2 (x - 2) from 0: x = 2 (1 - 0.8^6).
     np.testing.assert_allclose(result.params, [2 * (1 - 0.8**6)], rtol=1e-6)
+
+
+@pytest.mark.parametrize("mu", [0.0, 0.5])
+def test_local_steps_are_sgd_on_the_flat_float32_model_whatever_the_leaves_dtypes(mu):
+    # A model of three leaves, one stored in bfloat16: the flat [P] vector is float32, and the
+    # steps must update it in float32 (the loss sees each leaf cast to its own dtype), as plain
+    # SGD on the raveled vector does; the carry of leaves must not round to bfloat16 per step.
+    rng = np.random.default_rng(3)
+    params = {"a": jnp.asarray(rng.standard_normal((3, 2)), jnp.float32),
+              "b": jnp.asarray(rng.standard_normal(2), jnp.bfloat16),
+              "c": jnp.asarray(rng.standard_normal(()), jnp.float32)}
+
+    def loss(p, batch):
+        out = batch["x"] @ p["a"] + p["b"].astype(jnp.float32) * p["c"]
+        return jnp.mean((out - batch["y"]) ** 2)
+
+    task = fa.Task(init=lambda key: params, loss=loss)
+    fd = fa.FederatedData.from_client_arrays(
+        [{"x": rng.standard_normal((5, 3)).astype(np.float32),
+          "y": rng.standard_normal((5, 2)).astype(np.float32)} for _ in range(3)])
+    problem = fa.local.Problem(task, fd)
+    clients, key = jnp.array([2, 0]), jax.random.PRNGKey(5)
+    deltas = fa.local.local_sgd(problem, params, clients, key, steps=4, batch_size=2, lr=0.05,
+                                mu=mu)
+
+    x0, unravel = ravel_pytree(params)
+    assert x0.dtype == jnp.float32 and deltas.shape == (2, x0.size)
+    rows = fa.data.sample_rows(key, clients, fd.offsets[clients], fd.counts[clients], 4, 2)
+    for k in range(2):
+        x = x0
+        for step in range(4):
+            batch = {name: a[rows[k, step]] for name, a in fd.arrays.items()}
+            g = jax.grad(lambda v, batch=batch: loss(unravel(v), batch))(x)
+            x = x - 0.05 * (g + mu * (x - x0))
+        np.testing.assert_allclose(deltas[k], x - x0, rtol=1e-6, atol=1e-7)

@@ -16,6 +16,7 @@ from fedjax_avail.tasks._models import (
     logistic_regression,
     mlp,
 )
+from fedjax_avail.tasks._pool import max_pool
 from fedjax_avail.tasks._task import Task, classification, normalize_images
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "lenet5",
     "logistic_regression",
     "lstm_classifier",
+    "max_pool",
     "mlp",
     "normalize_images",
 ]

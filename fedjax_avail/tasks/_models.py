@@ -12,6 +12,7 @@ from flax import linen as nn
 
 from fedjax_avail._checks import check_int
 from fedjax_avail.tasks._conv import conv_general_dilated
+from fedjax_avail.tasks._pool import max_pool
 from fedjax_avail.tasks._task import Task, classification
 
 # flax's convolution with ours (fast inside loops on a CPU; parameters and names unchanged)
@@ -122,8 +123,8 @@ class LeNet5(nn.Module):
 
     @nn.compact
     def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-        x = nn.max_pool(nn.relu(Conv(6, (5, 5), padding=self.padding)(x)), (2, 2), (2, 2))
-        x = nn.max_pool(nn.relu(Conv(16, (5, 5), padding="VALID")(x)), (2, 2), (2, 2))
+        x = max_pool(nn.relu(Conv(6, (5, 5), padding=self.padding)(x)), (2, 2), (2, 2))
+        x = max_pool(nn.relu(Conv(16, (5, 5), padding="VALID")(x)), (2, 2), (2, 2))
         x = x.reshape((x.shape[0], -1))
         x = nn.relu(nn.Dense(120)(x))
         x = nn.relu(nn.Dense(84)(x))
@@ -142,8 +143,8 @@ class CNN(nn.Module):
     @nn.compact
     def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
         init = self.initializer
-        x = nn.max_pool(nn.relu(_conv(32, (5, 5), "VALID", init, x.shape[-1])(x)), (2, 2), (2, 2))
-        x = nn.max_pool(nn.relu(_conv(64, (5, 5), "VALID", init, x.shape[-1])(x)), (2, 2), (2, 2))
+        x = max_pool(nn.relu(_conv(32, (5, 5), "VALID", init, x.shape[-1])(x)), (2, 2), (2, 2))
+        x = max_pool(nn.relu(_conv(64, (5, 5), "VALID", init, x.shape[-1])(x)), (2, 2), (2, 2))
         x = x.reshape((x.shape[0], -1))
         x = nn.relu(_dense(512, init, x.shape[-1])(x))
         return _dense(self.num_classes, init, 512)(x)
@@ -158,7 +159,7 @@ class CelebACNN(nn.Module):
 
     @nn.compact
     def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
-        x = nn.max_pool(nn.relu(Conv(10, (4, 4), padding="VALID")(x)), (2, 2), (2, 2))
+        x = max_pool(nn.relu(Conv(10, (4, 4), padding="VALID")(x)), (2, 2), (2, 2))
         x = x.reshape((x.shape[0], -1))
         return DenseOI(self.num_classes)(nn.relu(DenseOI(100)(x)))
 
