@@ -158,7 +158,10 @@ class PflSimpleCNN(nn.Module):
     padding) with ReLU, 2 x 2 max pooling, 128 ReLU units, 10 outputs; Glorot-uniform weights.
     Its convolutions are ``fa.tasks.conv_general_dilated`` and its pooling
     ``fa.tasks.max_pool``, as a user's own model gets them (XLA:CPU's own convolutions and
-    pooling gradients are slow inside loops: ``benchmarks/README.md``)."""
+    pooling gradients are slow inside loops: ``benchmarks/README.md``); ``pool`` replaces the
+    pooling (``profile_cnn_step.py`` times ``nn.max_pool`` against it)."""
+
+    pool: Any = fa.tasks.max_pool
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -167,7 +170,7 @@ class PflSimpleCNN(nn.Module):
                                  conv_general_dilated=fa.tasks.conv_general_dilated)
         x = nn.relu(conv(32, (3, 3))(x))
         x = nn.relu(conv(64, (3, 3))(x))
-        x = fa.tasks.max_pool(x, (2, 2), (2, 2)).reshape((x.shape[0], -1))
+        x = self.pool(x, (2, 2), (2, 2)).reshape((x.shape[0], -1))
         x = nn.relu(nn.Dense(128, kernel_init=glorot)(x))
         return nn.Dense(cifar10_shape.NUM_CLASSES, kernel_init=glorot)(x)
 

@@ -110,7 +110,7 @@ def local_sgd(
 
     def loss(x, batch_rows):  # x: the model's pytree, each leaf in the flat vector's dtype
         batch = {name: a[batch_rows] for name, a in arrays.items()}
-        model = jax.tree.map(lambda v, like: v.astype(like.dtype), x, params)
+        model = jax.tree.map(lambda v, like: v.astype(jnp.result_type(like)), x, params)
         return problem.task.loss(model, batch)
 
     def one_member(x0, member_rows):  # [P], [C, B]

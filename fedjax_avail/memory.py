@@ -296,9 +296,11 @@ def full_batch_bytes(
     ``[members, W, P]`` per-example gradients: XLA sums the rows inside the weight-gradient
     matmul. Against XLA:CPU's ``memory_analysis`` of a pass (8 members x 1,000 rows) this is
     within 10% for logistic regression, 1.2-1.8x above for an MLP, 1.6-2.2x above for the LSTM,
-    1.2x above for LeNet-5's losses but 3x below its gradients (the backward pass of max
-    pooling keeps index arrays; measured with XLA's own convolutions, before the CPU ones held
-    their 25-150 windows per pixel, which are now counted).
+    and 1.2x above for LeNet-5's losses. LeNet-5's gradients were 3x below it with XLA's own
+    convolutions and pooling (whose backward pass keeps index arrays); with the CPU ones
+    (``fa.tasks.conv_general_dilated``'s windows, counted here, and ``fa.tasks.max_pool``) a
+    gradient pass of 8 members x 1,000 rows measured 634 MB (667 MB with ``nn.max_pool``)
+    against this estimate's 999 MB.
     """
     passes = full_batch_passes(selection, k, data.num_clients, client_chunk)
     if not passes:

@@ -72,7 +72,7 @@ def test_other_poolings_are_flax_max_pool_unchanged(shape, window, strides, padd
                                   nn.max_pool(x, window, strides, padding))
 
 
-def test_the_built_in_models_use_it_and_their_gradient_in_a_loop_scatters_no_activation():
+def test_the_built_in_models_use_it():
     for build in (fa.tasks.lenet5, fa.tasks.cnn):  # LeNet-5 and WKAFL's CNN
         task = build((28, 28, 1))
         params = task.init(jax.random.PRNGKey(0))
@@ -80,13 +80,39 @@ def test_the_built_in_models_use_it_and_their_gradient_in_a_loop_scatters_no_act
         text = str(jax.make_jaxpr(jax.grad(task.loss))(params, batch))
         assert ("select_and_scatter_add" in text) == (not CPU)
 
-    def steps(p, batches):  # local SGD's shape: gradients inside a scan
-        def step(q, b):
-            return jax.tree.map(lambda v, d: v - 0.1 * d, q, jax.grad(task.loss)(q, b)), None
-        return jax.lax.scan(step, p, batches)[0]
 
-    batches = jax.tree.map(lambda v: np.stack([v] * 3), batch)
-    compiled = jax.jit(steps).lower(params, batches).compile().as_text()
-    scattered = re.findall(r"= \w+\[([\d,]*)\]\S* scatter\(", compiled)
-    assert scattered  # the loss's pick of the label's logit: [B, classes]
-    assert all(shape.count(",") == 1 for shape in scattered) == CPU, scattered
+@pytest.mark.parametrize("pool", [fa.tasks.max_pool, nn.max_pool])
+def test_its_gradient_in_a_loop_compiles_without_a_scatter(pool):
+    def steps(w, images):  # local SGD's shape: gradients inside a scan
+        def step(v, x):
+            grad = jax.grad(lambda u: jnp.sum(jnp.sin(pool(x * u, (2, 2), (2, 2)))))(v)
+            return v - 0.1 * grad, None
+        return jax.lax.scan(step, w, images)[0]
+
+    images = jnp.ones((3, 2, 8, 8, 4))
+    compiled = jax.jit(steps).lower(jnp.ones(4), images).compile().as_text()
+    scattered = re.findall(r"= \w+\[[\d,]*\]\S* scatter\(", compiled)
+    assert (not scattered) == (CPU and pool is fa.tasks.max_pool), scattered
+
+
+def test_forward_mode_and_second_derivatives_are_flax_max_pool():
+    x = jnp.asarray(np.random.default_rng(4).standard_normal((1, 4, 6, 2), np.float32))
+    t = jnp.asarray(np.random.default_rng(5).standard_normal(x.shape, np.float32))
+
+    def loss(pool):
+        return lambda a: jnp.sum(jnp.sin(pool(a, (2, 2), (2, 2))) ** 2)
+
+    np.testing.assert_array_equal(jax.jvp(lambda a: fa.tasks.max_pool(a, (2, 2), (2, 2)),
+                                          (x,), (t,))[1],
+                                  jax.jvp(lambda a: nn.max_pool(a, (2, 2), (2, 2)), (x,), (t,))[1])
+    np.testing.assert_array_equal(jax.hessian(loss(fa.tasks.max_pool))(x),
+                                  jax.hessian(loss(nn.max_pool))(x))
+
+
+@pytest.mark.skipif(not CPU, reason="on accelerators it is nn.max_pool")
+def test_a_window_holding_a_nan_passes_no_gradient_on_a_cpu():
+    x = jnp.asarray([[1.0, 2.0, 5.0, 3.0], [np.nan, 0.0, 4.0, 4.0]])[None, :, :, None]
+    value, pull = jax.vjp(lambda a: fa.tasks.max_pool(a, (2, 2), (2, 2)), x)
+    assert np.isnan(value[0, 0, 0, 0]) and value[0, 0, 1, 0] == 5.0
+    np.testing.assert_array_equal(pull(jnp.ones_like(value))[0][0, :, :, 0],
+                                  [[0, 0, 1, 0], [0, 0, 0, 0]])

@@ -1,0 +1,128 @@
+"""Benchmark: one SGD step of pfl's CIFAR-10 CNN inside loops on this machine, by pooling.
+
+The shape of the engine's local training on ``peer_comparison.py``'s CIFAR-10 workload: K
+clients one after another (``lax.map``), each taking 5 SGD steps on batches of 10 images
+``[32, 32, 3]`` (``lax.scan``), pfl's ``simple_cnn`` with ``fa.tasks.conv_general_dilated``.
+Each pooling (``--pools``: ``flax`` is ``nn.max_pool``, ``ours`` is ``fa.tasks.max_pool``) is
+compiled once and timed ``--repeats`` times, the variants alternating so a noisy machine's slow
+phases fall on all of them; ms a step is the best call over ``K x 5`` steps (compile apart).
+``--trace`` also records one call of each under ``jax.profiler`` and lists the compiled
+program's operations by their time a step (with their HLO shapes), the breakdown quoted in
+``benchmarks/README.md``; operations run concurrently on the cores, so the list sums to more
+than the step.
+
+Usage::
+
+    python benchmarks/profile_cnn_step.py [--clients 8] [--repeats 8] [--trace 25]
+        [--out benchmarks/results/profile_cnn_step.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import gzip
+import json
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from _common import machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+from flax import linen as nn
+from peer_comparison import PflSimpleCNN
+from peers import cifar10_shape
+
+import fedjax_avail as fa
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "profile_cnn_step.json"
+POOLS = {"flax": nn.max_pool, "ours": fa.tasks.max_pool}
+STEPS = cifar10_shape.LOCAL_STEPS
+
+
+def local_training(pool: Any, clients: int) -> tuple[Any, tuple]:
+    """The compiled program (``clients`` x ``STEPS`` SGD steps) and its arguments."""
+    model = PflSimpleCNN(pool=pool)
+    key = jax.random.PRNGKey(0)
+    params = model.init(key, jnp.zeros((1, *cifar10_shape.IMAGE_SHAPE)))
+    x = jax.random.normal(key, (clients, STEPS, cifar10_shape.BATCH_SIZE,
+                                *cifar10_shape.IMAGE_SHAPE))
+    y = jax.random.randint(key, x.shape[:3], 0, cifar10_shape.NUM_CLASSES)
+
+    def loss(p, images, labels):
+        logits = jax.nn.log_softmax(model.apply(p, images))
+        return -jnp.mean(jnp.take_along_axis(logits, labels[:, None], 1))
+
+    def client(images, labels):
+        def step(p, batch):
+            grads = jax.grad(loss)(p, *batch)
+            return jax.tree.map(lambda v, g: v - cifar10_shape.CLIENT_LR * g, p, grads), None
+        return jax.lax.scan(step, params, (images, labels))[0]
+
+    program = jax.jit(lambda x, y: jax.lax.map(lambda a: client(*a), (x, y)))
+    return program.lower(x, y).compile(), (x, y)
+
+
+def operations(compiled: Any, args: tuple, steps: int, top: int) -> list[dict[str, Any]]:
+    """The ``top`` operations of one traced call by ms a step, with their HLO definitions."""
+    definitions = {}
+    for line in compiled.as_text().splitlines():
+        match = re.match(r"\s*(?:ROOT )?%([\w.\-]+) = (\S+ [\w-]+)\(", line)
+        if match:
+            definitions.setdefault(match.group(1), match.group(2))
+    with tempfile.TemporaryDirectory() as trace_dir:
+        with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+            jax.block_until_ready(compiled(*args))
+        trace = next(Path(trace_dir).rglob("*.trace.json.gz"))
+        events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    total: collections.Counter[str] = collections.Counter()
+    for event in events:
+        if event.get("ph") == "X" and event.get("name") in definitions:
+            total[event["name"]] += event.get("dur", 0)
+    return [{"op": name, "hlo": definitions[name], "ms_per_step": us / steps / 1e3}
+            for name, us in total.most_common(top)]
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=8)
+    parser.add_argument("--pools", default="flax,ours")
+    parser.add_argument("--trace", type=int, default=0, help="operations to list (0: no trace)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    steps = args.clients * STEPS
+    programs, rows = {}, {}
+    for name in args.pools.split(","):
+        start = time.perf_counter()
+        compiled, inputs = local_training(POOLS[name], args.clients)
+        jax.block_until_ready(compiled(*inputs))
+        programs[name] = (compiled, inputs)
+        rows[name] = {"compile_and_first_call_s": time.perf_counter() - start, "calls_s": []}
+    for _ in range(args.repeats):
+        for name, (compiled, inputs) in programs.items():
+            start = time.perf_counter()
+            jax.block_until_ready(compiled(*inputs))
+            rows[name]["calls_s"].append(time.perf_counter() - start)
+    for name, row in rows.items():
+        row["ms_per_step"] = min(row["calls_s"]) / steps * 1e3
+        print(f"{name}: {row['ms_per_step']:.2f} ms a step (best of {args.repeats})", flush=True)
+        if args.trace:
+            row["operations"] = operations(*programs[name], steps, args.trace)
+            for op in row["operations"]:
+                print(f"  {op['ms_per_step']:6.2f} ms  {op['op']:32s} {op['hlo']}")
+    payload = {"benchmark": "profile_cnn_step", "date": datetime.datetime.now(
+        datetime.timezone.utc).isoformat(timespec="seconds"), "machine": machine_info(),
+        "clients": args.clients, "steps_per_client": STEPS,
+        "batch_size": cifar10_shape.BATCH_SIZE, "repeats": args.repeats, "results": rows}
+    write_json(args.out, payload)
+    return payload
+
+
+if __name__ == "__main__":
+    main()
