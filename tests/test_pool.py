@@ -95,18 +95,17 @@ def test_its_gradient_in_a_loop_compiles_without_a_scatter(pool):
     assert (not scattered) == (CPU and pool is fa.tasks.max_pool), scattered
 
 
-def test_forward_mode_and_second_derivatives_are_flax_max_pool():
+def test_second_derivatives_are_flax_max_pool_and_forward_mode_is_refused_on_a_cpu():
     x = jnp.asarray(np.random.default_rng(4).standard_normal((1, 4, 6, 2), np.float32))
-    t = jnp.asarray(np.random.default_rng(5).standard_normal(x.shape, np.float32))
 
     def loss(pool):
         return lambda a: jnp.sum(jnp.sin(pool(a, (2, 2), (2, 2))) ** 2)
 
-    np.testing.assert_array_equal(jax.jvp(lambda a: fa.tasks.max_pool(a, (2, 2), (2, 2)),
-                                          (x,), (t,))[1],
-                                  jax.jvp(lambda a: nn.max_pool(a, (2, 2), (2, 2)), (x,), (t,))[1])
-    np.testing.assert_array_equal(jax.hessian(loss(fa.tasks.max_pool))(x),
-                                  jax.hessian(loss(nn.max_pool))(x))
+    np.testing.assert_array_equal(jax.jacrev(jax.grad(loss(fa.tasks.max_pool)))(x),
+                                  jax.jacrev(jax.grad(loss(nn.max_pool)))(x))
+    if CPU:  # a custom_vjp: JAX's own error, not a wrong number
+        with pytest.raises(TypeError, match="forward-mode"):
+            jax.jvp(loss(fa.tasks.max_pool), (x,), (x,))
 
 
 @pytest.mark.skipif(not CPU, reason="on accelerators it is nn.max_pool")

@@ -8,14 +8,22 @@ pooling and its gradient took about 4.5 ms of 22-25 ms on 2 cores
 
 :func:`max_pool` computes a pooling whose windows tile the image (strides equal to the window,
 no padding: every pooling of the built-in models) from the window's ``KH KW`` strided slices:
-the value is their elementwise maximum, and its derivative (a ``custom_jvp``, so forward and
-reverse mode both work) takes each window's first maximal element in row-major order, the
-element ``select_and_scatter_add`` picks. JAX transposes that into selects and strided pads,
-with no scatter. Windows do not overlap, so each input element receives one window's cotangent
-or zero: for inputs without NaN, values and gradients are ``nn.max_pool``'s bit for bit, ties
-included, up to the sign of a zero cotangent (``tests/test_pool.py``). A window holding a NaN
-passes no gradient here (``nn.max_pool`` passes it to one of its elements). Rows and columns
-that no window covers (an odd size) get zero gradient, as in ``nn.max_pool``.
+the value is their elementwise maximum, and its gradient (a ``custom_vjp``: selects, a stack
+and a transpose, no scatter) sends each window's cotangent to its first maximal element in
+row-major order, the element ``select_and_scatter_add`` picks. Windows do not overlap, so each
+input element receives one window's cotangent or zero: for inputs without NaN, values and
+gradients (and gradients of gradients) are ``nn.max_pool``'s bit for bit, ties included, up to
+the sign of a zero cotangent (``tests/test_pool.py``). A window holding a NaN passes no
+gradient here (``nn.max_pool`` passes it to one of its elements). Rows and columns that no
+window covers (an odd size) get zero gradient, as in ``nn.max_pool``.
+
+Forward mode (``jax.jvp``, ``jax.jacfwd``, ``jax.hessian``) through it raises JAX's
+``TypeError`` on a CPU; use ``nn.max_pool`` (or ``jax.jacrev`` twice) for that. A
+``custom_jvp`` of the same rule supports both modes, but the derivative JAX transposes from it
+was slower: an SGD step of LeNet-5 took 1.000 ms with it, 0.929 ms with ``nn.max_pool`` and
+0.845 ms with this gradient; WKAFL's CNN 2.515, 2.824 and 2.344 ms (20 clients x 10 steps of
+5 images, best of 10 alternating calls in one process, 2-core AVX2 CPU), and FedAvg rounds of
+LeNet-5 were no faster than before (``benchmarks/results/before_after_cnn_cpu_jvp.json``).
 
 It applies on the CPU backend to rank-4 ``[B, H, W, C]`` inputs with ``strides`` equal to
 ``window_shape`` and ``padding="VALID"``; any other pooling, and every pooling on an
@@ -42,30 +50,41 @@ def _windows(x: jax.Array, window: tuple[int, int]) -> list[jax.Array]:
     return [x[:, a:height:kh, b:width:kw, :] for a in range(kh) for b in range(kw)]
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def _tiled_max_pool(x: jax.Array, window: tuple[int, int]) -> jax.Array:
     """``[B, H, W, C] -> [B, H // KH, W // KW, C]``: the maximum of each ``KH x KW`` tile."""
     return functools.reduce(jnp.maximum, _windows(x, window))
 
 
-@_tiled_max_pool.defjvp
-def _tiled_max_pool_jvp(window: tuple[int, int], primals: tuple, tangents: tuple) -> tuple:
-    """Each window's tangent is its first maximal element's: ``where`` over the ``KH KW``
-    slices. JAX transposes it (reverse mode) into selects and strided pads, no scatter."""
-    (x,), (t,) = primals, tangents
+def _forward(x: jax.Array, window: tuple[int, int]) -> tuple[jax.Array, tuple]:
     out = _tiled_max_pool(x, window)
+    return out, (x, out)
+
+
+def _backward(window: tuple[int, int], residuals: tuple, g: jax.Array) -> tuple[jax.Array]:
+    """Each window's cotangent ``g [B, H // KH, W // KW, C]`` to its first maximal element."""
+    x, out = residuals
+    kh, kw = window
     taken = jnp.zeros(out.shape, bool)
-    tangent = jnp.zeros(out.shape, t.dtype)
-    for part, part_tangent in zip(_windows(x, window), _windows(t, window), strict=True):
+    parts = []
+    for part in _windows(x, window):
         first = (part == out) & ~taken
         taken = taken | first
-        tangent = jnp.where(first, part_tangent, tangent)
-    return out, tangent
+        parts.append(jnp.where(first, g, jnp.zeros((), g.dtype)))
+    b, h, w, c = g.shape
+    # [KH KW, B, h, w, C] -> [B, h, KH, w, KW, C] -> [B, h KH, w KW, C]: the tiles in place
+    tiles = jnp.stack(parts).reshape(kh, kw, b, h, w, c).transpose(2, 3, 0, 4, 1, 5)
+    grad = tiles.reshape(b, h * kh, w * kw, c)
+    rest = ((0, 0), (0, x.shape[1] - h * kh), (0, x.shape[2] - w * kw), (0, 0))
+    return (jnp.pad(grad, rest),)
+
+
+_tiled_max_pool.defvjp(_forward, _backward)
 
 
 def max_pool(inputs: jax.Array, window_shape: Sequence[int],
              strides: Sequence[int] | None = None, padding: str = "VALID") -> jax.Array:
-    """``nn.max_pool`` (same arguments; same values and derivatives, NaN aside); on a CPU, a
+    """``nn.max_pool`` (same arguments; same values and gradients, NaN aside); on a CPU, a
     pooling of ``inputs [B, H, W, C]`` whose windows tile the image is computed from strided
     slices, with a gradient that stays fast inside loops (module docstring)."""
     window = tuple(int(k) for k in window_shape)
