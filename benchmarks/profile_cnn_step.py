@@ -88,7 +88,7 @@ def operations(compiled: Any, args: tuple, steps: int, top: int) -> list[dict[st
             for name, us in total.most_common(top)]
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=8)
@@ -96,6 +96,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--trace", type=int, default=0, help="operations to list (0: no trace)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
+    for name in ("clients", "repeats"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1")
+    unknown = set(args.pools.split(",")) - set(POOLS)
+    if unknown:
+        parser.error(f"--pools: {sorted(unknown)} not among {sorted(POOLS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
     steps = args.clients * STEPS
     programs, rows = {}, {}
     for name in args.pools.split(","):
