@@ -39,6 +39,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
+from jax import lax
 
 
 def _windows(x: jax.Array, window: tuple[int, int]) -> list[jax.Array]:
@@ -47,7 +48,9 @@ def _windows(x: jax.Array, window: tuple[int, int]) -> list[jax.Array]:
     window."""
     kh, kw = window
     height, width = x.shape[1] // kh * kh, x.shape[2] // kw * kw
-    return [x[:, a:height:kh, b:width:kw, :] for a in range(kh) for b in range(kw)]
+    # lax.slice: JAX before 0.8 wrote a strided index x[:, a::kh] as a gather
+    return [lax.slice(x, (0, a, b, 0), (x.shape[0], height, width, x.shape[3]), (1, kh, kw, 1))
+            for a in range(kh) for b in range(kw)]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
