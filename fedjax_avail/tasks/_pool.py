@@ -48,7 +48,7 @@ def _windows(x: jax.Array, window: tuple[int, int]) -> list[jax.Array]:
     window."""
     kh, kw = window
     height, width = x.shape[1] // kh * kh, x.shape[2] // kw * kw
-    # lax.slice: JAX before 0.8 wrote a strided index x[:, a::kh] as a gather
+    # lax.slice: JAX 0.7.1 (the lowest supported) wrote a strided index x[:, a::kh] as a gather
     return [lax.slice(x, (0, a, b, 0), (x.shape[0], height, width, x.shape[3]), (1, kh, kw, 1))
             for a in range(kh) for b in range(kw)]
 
