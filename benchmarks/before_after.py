@@ -5,7 +5,8 @@ exports ``--ref`` (default ``HEAD``: the last commit, i.e. the tree without the 
 change) into a temporary directory and times both trees in alternating subprocesses, so slow
 and fast phases of a noisy machine fall on both alike. Each measurement is one
 ``fa.simulate`` call in a fresh process; ``s_per_round`` is the engine's own round time
-(compilation and evaluation excluded), ``compile_s`` reported apart.
+(compilation and evaluation excluded), ``compile_s`` reported apart; the first repeat's final
+models of the two trees are compared (``final_models_identical``, and the largest difference).
 
 Setting: the FedLaAvg Fig. 2 MNIST benchmark (``fedlaavg_mnist.py``: N = 1000 one-digit clients,
 logistic regression, diurnal availability D = 1, E = 100, K = 100, C = 10, B = 5, lr 0.01),
@@ -21,6 +22,10 @@ Usage::
 
     python benchmarks/before_after.py [--ref HEAD] [--rounds 300] [--repeats 5]
         [--algorithms fedavg,fedlaavg] [--out benchmarks/results/before_after.json]
+
+Where this repository's history is not at hand (a lent GPU machine gets the working tree
+alone), export the revision here (``git archive REV | tar -x -C DIR``), carry ``DIR`` along and
+pass ``--ref-tree DIR --ref REV``: ``--ref`` then only names it in the results.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 from _common import machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +51,8 @@ CHILD = """
 import json, sys, time
 import numpy as np
 import fedjax_avail as fa
-algorithm_name, rounds, data_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+from jax.flatten_util import ravel_pytree
+algorithm_name, rounds, data_dir, params_out = sys.argv[1], int(sys.argv[2]), *sys.argv[3:5]
 if algorithm_name.startswith(("fedbuff_", "kasync_")):  # async_scaling.py's workload
     name, n = algorithm_name.rsplit("_", 1)
     n = int(float(n))
@@ -74,6 +81,7 @@ else:
             "fedavg_cnn": lambda: fa.tasks.cnn((28, 28, 1))}.get(
         algorithm_name, lambda: fa.tasks.logistic_regression(784, 10))()
 result = fa.simulate(task, fd, algorithm, process, rounds=rounds, seed=0, eval_every=rounds)
+np.save(params_out, np.asarray(ravel_pytree(result.params)[0]))
 print(json.dumps({"s_per_round": result.timing["s_per_round"],
                   "compile_s": result.timing["compile"],
                   "final_train_loss": result.history.rows[-1]["train_loss"],
@@ -89,9 +97,11 @@ def export(ref: str, into: Path) -> Path:
     return into
 
 
-def measure(tree: Path, algorithm: str, rounds: int, data_dir: str) -> dict:
+def measure(tree: Path, algorithm: str, rounds: int, data_dir: str, params_out: Path) -> dict:
+    """One child's figures; its final model, raveled, is saved to ``params_out``."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    out = subprocess.run([sys.executable, "-c", CHILD, algorithm, str(rounds), data_dir],
+    out = subprocess.run([sys.executable, "-c", CHILD, algorithm, str(rounds), data_dir,
+                          str(params_out)],
                          cwd=tempfile.gettempdir(), env=env, check=True, capture_output=True,
                          text=True).stdout
     figures = json.loads(out.strip().splitlines()[-1])
@@ -103,6 +113,8 @@ def measure(tree: Path, algorithm: str, rounds: int, data_dir: str) -> dict:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ref", default="HEAD", help="git revision to compare against")
+    parser.add_argument("--ref-tree", type=Path, default=None,
+                        help="that revision's files, already exported (no git needed)")
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--algorithms", default="fedavg,fedlaavg")
@@ -117,14 +129,17 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
-        trees = {"before": export(args.ref, Path(tmp)), "after": REPO_ROOT}
+        before = args.ref_tree.resolve() if args.ref_tree else export(args.ref, Path(tmp))
+        if not (before / "fedjax_avail" / "__init__.py").is_file():
+            raise SystemExit(f"--ref-tree {args.ref_tree}: no fedjax_avail package in it")
+        trees = {"before": before, "after": REPO_ROOT}
         for algorithm in args.algorithms.split(","):
             runs: dict[str, list[dict]] = {"before": [], "after": []}
             for i in range(args.repeats):
                 order = ("before", "after") if i % 2 == 0 else ("after", "before")
                 for side in order:
                     runs[side].append(measure(trees[side], algorithm, args.rounds,
-                                              args.data_dir))
+                                              args.data_dir, Path(tmp) / f"{side}{i}.npy"))
             row = {side: {"s_per_round_median": statistics.median(
                 r["s_per_round"] for r in values), "s_per_round_min": min(
                 r["s_per_round"] for r in values), "s_per_round": [
@@ -134,12 +149,20 @@ def main(argv: list[str] | None = None) -> dict:
             row["ratio_after_over_before"] = (row["after"]["s_per_round_median"]
                                               / row["before"]["s_per_round_median"])
             rows[algorithm] = row
+            # The first repeat's final models (same seed on both sides), compared.
+            before_model, after_model = (np.load(Path(tmp) / f"{side}0.npy")
+                                         for side in ("before", "after"))
+            row["final_models_identical"] = bool(np.array_equal(before_model, after_model))
+            row["final_models_max_abs_difference"] = (
+                float(np.max(np.abs(before_model - after_model)))
+                if before_model.shape == after_model.shape else None)
             row["ratio_of_best"] = (row["after"]["s_per_round_min"]
                                     / row["before"]["s_per_round_min"])
             print(f"{algorithm}: before {row['before']['s_per_round_median'] * 1e3:.2f} ms, "
                   f"after {row['after']['s_per_round_median'] * 1e3:.2f} ms a round "
                   f"(ratio {row['ratio_after_over_before']:.3f}; of the best runs "
-                  f"{row['ratio_of_best']:.3f})", flush=True)
+                  f"{row['ratio_of_best']:.3f}; final models identical: "
+                  f"{row['final_models_identical']})", flush=True)
     payload = {"benchmark": "before_after", "ref": args.ref, "rounds": args.rounds,
                "repeats": args.repeats, "date": datetime.date.today().isoformat(),
                "machine": machine_info(), "results": rows}
