@@ -20,6 +20,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import time
 from pathlib import Path
@@ -81,9 +82,8 @@ def main(argv: list[str] | None = None) -> None:
                 rate, memory = _time(task, fd, algorithm, args.rounds, repeats)
                 store = {}
                 for history in (64, None):
-                    est = fa.estimate_memory(task, fd, algorithm.__class__(**{
-                        **{f: getattr(algorithm, f) for f in algorithm.__dataclass_fields__},
-                        "history": history}))
+                    est = fa.estimate_memory(task, fd, dataclasses.replace(
+                        algorithm, history=history))
                     store["history_64" if history else "per_client"] = (
                         est.terms["server_state"] + est.terms["per_client_tables"])
                 rows.append({"algorithm": name, "num_clients": n, "k": k,

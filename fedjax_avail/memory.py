@@ -9,15 +9,22 @@ A run holds on the device, for its whole length:
   float32, 31.4 GB for N = 10^6 and MNIST logistic regression, P = 7850);
 * **availability state**: ``[N]`` thresholds or stamps, or a ``[T, N]`` trace table;
 
-and, while a round runs, the **cohort working set**: for each of the K clients trained at once
-(``client_chunk`` of them when set) a few P-sized vectors (local model, its start, gradient,
-delta) and one batch of B examples as float32; and, when the selection strategy reads clients'
-full-batch losses or gradients (:func:`fedjax_avail.local.full_batch`: Power-of-Choice's d
-candidates each round; DivFL's, SubTrunc's and UnionFL's pass over all N before round 0, in
-chunks of ``ALL_CLIENTS_CHUNK``, and over the cohort after each round), the **full-batch working
-set** of the largest such pass: members at once x W rows x the bytes of one row (W =
-:func:`fedjax_avail.local.block_width`, at most ``FULL_BATCH_BLOCK``, whatever the largest
-client), plus the gradients it returns. The persistent terms are exact (the shapes
+and, while a round runs, the **cohort's updates**: the ``[K, P]`` float32 arrays the round
+holds together after training, however the cohort is chunked (``algorithm.cohort_copies`` of
+them: FedAvg's deltas alone; an asynchronous update's results and their start models, 2;
+FedLaAvg's and MIFA's deltas and table rows, 4); the **cohort working set**: what training
+holds beyond those buffers (XLA reuses them): the stack of all K deltas and, for each client
+trained at once (``client_chunk`` of them when set), three P-sized vectors (local model, its
+start, gradient), one batch of B examples as float32 and the model's activations for that batch
+(:func:`_layer_outputs`); or, when chunks pad the cohort, the padded stack and the K deltas
+sliced out of it, if more (and an asynchronous update's padded start models in both); and,
+when the selection strategy
+reads clients' full-batch losses or gradients (:func:`fedjax_avail.local.full_batch`:
+Power-of-Choice's d candidates each round; DivFL's, SubTrunc's and UnionFL's pass over all N
+before round 0, in chunks of ``ALL_CLIENTS_CHUNK``, and over the cohort after each round), the
+**full-batch working set** of the largest such pass: members at once x W rows x the bytes of
+one row (W = :func:`fedjax_avail.local.block_width`, at most ``FULL_BATCH_BLOCK``, whatever the
+largest client), plus the gradients it returns. The persistent terms are exact (the shapes
 of ``algorithm.init`` and ``availability.init`` under ``jax.eval_shape``); the working sets are
 approximations (:func:`full_batch_bytes`).
 """
@@ -37,6 +44,7 @@ from jax.extend import core as jax_core
 from fedjax_avail import _keys
 from fedjax_avail import cohort as cohort_lib
 from fedjax_avail._checks import check_client_chunk, check_int, check_optional_int
+from fedjax_avail.algorithms import AsyncParts
 from fedjax_avail.data import FederatedData
 from fedjax_avail.local import block_width, flat_size
 from fedjax_avail.selection import DivFL, PowerOfChoice
@@ -49,7 +57,7 @@ from fedjax_avail.tasks import Task
 # slower) and 6.4-13 MB (MLP 784-200-200-10: 2-4 members; one vmap of 100, 3.4x slower);
 # LeNet-5's rounds, bound by its convolutions, took 2.1-2.9 s at K = 100 for every chunk.
 CPU_CHUNK_BYTES = 8 * 2**20
-_WORKING_COPIES = 4  # P-sized float32 vectors per cohort member: x, x0, grad, delta
+_WORKING_COPIES = 3  # P-sized float32 vectors per member in training: x, x0, grad (+ its delta)
 _LAYER_OPS = ("dot_general", "conv_general_dilated", "gather", "scan")  # output activations
 _BACKWARD_COPIES = 3  # each activation with gradients: its value, its cotangent, one scratch
 
@@ -60,8 +68,8 @@ class MemoryEstimate:
 
     Attributes:
       terms: term name -> bytes (``data``, ``test_data``, ``server_state``,
-        ``per_client_tables``, ``availability_state``, ``cohort_working_set``,
-        ``full_batch_working_set``).
+        ``per_client_tables``, ``availability_state``, ``cohort_updates``,
+        ``cohort_working_set``, ``full_batch_working_set``).
       tables: the per-client arrays of the algorithm state, ``"field [N, ...] dtype" -> bytes``.
     """
 
@@ -116,7 +124,8 @@ def estimate_memory(
     """Predicts the device bytes a :func:`fedjax_avail.simulate` run holds, by term.
 
     Nothing is allocated or compiled: states are shaped with ``jax.eval_shape``, and the loss
-    is traced (``jax.make_jaxpr``) on one example when the selection makes full-batch passes.
+    is traced (``jax.make_jaxpr``) on a batch of B rows (a member's activations) and, when the
+    selection makes full-batch passes, on one example.
 
     Args:
       task, data, algorithm, availability, test_data: as for ``simulate``.
@@ -183,13 +192,26 @@ def estimate_memory(
         client_chunk, task, data, algorithm, mesh=mesh,
         runs_at_once=runs if runs_layout == "vmap" else 1)
     cohort = cohort_size(algorithm, num_clients)
-    working = min(cohort, train_chunk or cohort) * _member_bytes(num_params, data, algorithm)
+    # Phases one after another, XLA reusing the buffers of one in the next: training (the
+    # stack of the members' deltas, padded to whole chunks, and the members in flight), the
+    # K deltas sliced out of a padded stack, aggregation (cohort_copies [K, P] arrays)
+    # (an asynchronous update's [K, P] start models go into training too: padded, a copy)
+    chunk = min(cohort, train_chunk or cohort)
+    stack = -(-cohort // chunk) * chunk
+    padded = stack > cohort
+    inputs = stack if padded and isinstance(algorithm, AsyncParts) else 0
+    training = (stack + inputs) * num_params * 4 + chunk * (
+        _member_bytes(task, params, data, algorithm) - num_params * 4)
+    sliced = (stack + inputs + cohort) * num_params * 4 if padded else 0
+    updates = getattr(algorithm, "cohort_copies", 1) * cohort * num_params * 4
+    working = max(0, training - updates, sliced - updates)
     terms = {
         "data": _arrays_bytes(data.arrays) + 8 * num_clients,
         "test_data": _arrays_bytes(test),
         "server_state": (runs + copies) * server,
         "per_client_tables": (runs + copies) * sum(tables.values()),
         "availability_state": (runs + copies) * avail,
+        "cohort_updates": at_once * updates,
         "cohort_working_set": at_once * working,
         "full_batch_working_set": at_once * full_batch_bytes(
             task, data, params, getattr(algorithm, "selection", None),
@@ -204,12 +226,25 @@ def _shaped_params(task: Task) -> tuple[Any, Any]:
     return key, jax.eval_shape(task.init, key)
 
 
-def _member_bytes(num_params: int, data: FederatedData, algorithm: Any) -> int:
-    """Bytes one cohort member's local training holds: ``_WORKING_COPIES`` P-sized float32
-    vectors and one batch of B examples as float32."""
+def _member_bytes(task: Task, params: Any, data: FederatedData, algorithm: Any) -> int:
+    """Bytes one cohort member's local training holds, its delta included: ``_WORKING_COPIES``
+    + 1 P-sized float32 vectors, one batch of B examples as float32 and the model's activations
+    for it (:func:`_layer_outputs` of the loss traced on B rows, as training calls it; once:
+    XLA keeps each layer's output for the backward pass and frees most cotangents as it goes).
+
+    Against XLA:CPU's working set of one round (JAX 0.10.2; K = 10 or 40, B = 5; the cohort
+    terms of :func:`estimate_memory`): FedAvg 0.94-1.03x for LeNet-5, 0.96-1.28x for WKAFL's
+    CNN and 0.98x for an MLP in chunks of 1; FedLaAvg, MIFA (both starts), FedBuff, K-async
+    SGD and WKAFL 0.96-1.00x (MLP, chunks of 1); FedAvg and FedBuff in padded chunks of 7,
+    1.00x and 0.99x (on JAX 0.7.1, which copies no deltas out of the padded stack, FedAvg's is
+    1.41x); above in one ``vmap`` (1.3-2.0x for logistic regression and the MLP, whose members
+    XLA trains in fewer copies)."""
     example = sum(math.prod(np.shape(a)[1:]) for a in data.arrays.values())
     batch = getattr(algorithm, "batch_size", 1)
-    return (_WORKING_COPIES * num_params + batch * example) * 4
+    rows = {name: jax.ShapeDtypeStruct((batch, *np.shape(a)[1:]), np.dtype(a.dtype))
+            for name, a in data.arrays.items()}
+    activations = _layer_outputs(jax.make_jaxpr(task.loss)(params, rows).jaxpr, True)
+    return ((_WORKING_COPIES + 1) * flat_size(params) + batch * example + activations) * 4
 
 
 def client_chunks(
@@ -242,7 +277,7 @@ def client_chunks(
     cohort_axis = mesh is not None and "cohort" in mesh.axis_names
     if (backend or jax.default_backend()) != "cpu" or cohort_axis:
         return None, None
-    member = _member_bytes(flat_size(_shaped_params(task)[1]), data, algorithm) * runs_at_once
+    member = _member_bytes(task, _shaped_params(task)[1], data, algorithm) * runs_at_once
     most = max(1, CPU_CHUNK_BYTES // member)
     n = data.num_clients
     if most >= cohort_size(algorithm, n):
@@ -399,8 +434,12 @@ def check_fits(estimate: MemoryEstimate, available: int | None) -> None:
     advice = []
     if estimate.terms["per_client_tables"] > available / 4:
         advice.append("fewer clients or a smaller model (the per-client tables are N x P)")
+    if estimate.terms["cohort_updates"] > available / 4:
+        advice.append("fewer clients per round (FedBuff: buffer_size) or a smaller model (the "
+                      "cohort's updates are K x P)")
     if estimate.terms["cohort_working_set"] > available / 4:
-        advice.append("client_chunk=... to train the cohort in sequential chunks")
+        advice.append("client_chunk=... to train the cohort in sequential chunks (one that "
+                      "divides K pads nothing)")
     elif estimate.terms.get("full_batch_working_set", 0) > available / 4:
         advice.append("client_chunk=... to hold fewer clients' full batches at once")
     if estimate.terms["data"] > available / 4:

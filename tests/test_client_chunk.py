@@ -10,7 +10,22 @@ import fedjax_avail as fa
 from fedjax_avail import cohort as cohort_lib
 from fedjax_avail import memory
 
-LR_MEMBER = (4 * 7850 + 5 * 785) * 4  # 4 P-vectors, one batch of B = 5 rows (784 pixels, a label)
+
+def _lr_activations() -> int:
+    """Activations of MNIST logistic regression on B = 5 rows: 50 logits and the label lookups
+    (how many the loss makes depends on optax's version)."""
+    task = fa.tasks.logistic_regression(784, 10)
+    rows = {"x": jax.ShapeDtypeStruct((5, 784), np.uint8),
+            "y": jax.ShapeDtypeStruct((5,), np.int32)}
+    jaxpr = jax.make_jaxpr(task.loss)(task.init(jax.random.PRNGKey(0)), rows).jaxpr
+    count = memory._layer_outputs(jaxpr, True)
+    assert 50 <= count <= 70
+    return count
+
+
+# One member of MNIST logistic regression (P = 7850): 4 P-vectors (its delta included), one
+# batch of B = 5 rows (784 pixels, a label) and their activations
+LR_MEMBER = (4 * 7850 + 5 * 785 + _lr_activations()) * 4
 
 
 def _images(num_clients: int, rows_each: int = 4) -> fa.FederatedData:
@@ -64,13 +79,46 @@ def test_an_explicit_value_bounds_both_passes_and_a_bad_one_is_refused_by_name()
             fa.simulate(task, fd, alg, fa.availability.AlwaysOn(), rounds=1, client_chunk=bad)
 
 
-def test_the_estimate_counts_the_members_trained_at_once():
+def test_the_estimate_counts_the_members_trained_at_once_and_every_members_update():
     task, fd, alg = fa.tasks.logistic_regression(784, 10), _images(1000, 1), _fedavg(1000)
-    terms = {chunk: fa.estimate_memory(task, fd, alg, client_chunk=chunk).terms[
-        "cohort_working_set"] for chunk in (None, 10, "auto")}
-    assert terms[None] == 1000 * LR_MEMBER and terms[10] == 10 * LR_MEMBER
+    terms = {chunk: fa.estimate_memory(task, fd, alg, client_chunk=chunk).terms
+             for chunk in (None, 10, "auto")}
+    training = LR_MEMBER - 7850 * 4  # a member in training, its delta apart
     train, _ = memory.client_chunks("auto", task, fd, alg)
-    assert terms["auto"] == (train or 1000) * LR_MEMBER
+    assert train == 59  # 1000 members in 17 chunks of 59: the map's stack is padded to 1003
+    # the K deltas are held together until aggregated, whatever the chunk, and the members
+    # in training beside them
+    for chunk, members in ((None, 1000), (10, 10)):
+        assert terms[chunk]["cohort_updates"] == 1000 * 7850 * 4, chunk
+        assert terms[chunk]["cohort_working_set"] == members * training, chunk
+    # a stack padded to 1003 rows is held beside the 1000 deltas sliced out of it (more than
+    # the 1003 rows and 59 members in training)
+    assert terms["auto"]["cohort_updates"] == 1000 * 7850 * 4
+    assert terms["auto"]["cohort_working_set"] == 1003 * 7850 * 4
+
+
+def _algorithm(name: str, k: int):
+    common = dict(local_steps=1, batch_size=5, client_lr=0.01)
+    if name == "FedBuff":
+        return fa.algorithms.FedBuff(buffer_size=k, concurrency=k, history=4,
+                                     durations=fa.clock.Exponential(1.0), **common)
+    return getattr(fa.algorithms, name)(clients_per_round=k, **common)
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's working set")
+@pytest.mark.parametrize(("name", "chunk"), [("FedAvg", 1), ("FedLaAvg", 1), ("FedBuff", 7)])
+def test_a_chunked_cohorts_estimate_is_within_20_percent_of_xla_s_working_set(name, chunk):
+    # an MLP (P = 199,210), K = 40: the deltas held until aggregated are 32 MB; FedLaAvg's
+    # table rows and FedBuff's start models are held beside them (4 and 2 [K, P] arrays);
+    # chunks of 7 pad the deltas and FedBuff's start models to 42 in the map, beside the 40
+    # deltas sliced out. The estimate counted only the members in flight before (2.4 MB each).
+    task, fd, alg = fa.tasks.mlp(784, (200, 200), 10), _images(40, 5), _algorithm(name, 40)
+    terms = fa.estimate_memory(task, fd, alg, client_chunk=chunk).terms
+    result = fa.simulate(task, fd, alg, fa.availability.AlwaysOn(), rounds=1,
+                         client_chunk=chunk)
+    measured = result.memory["working_set"]
+    cohort = terms["cohort_updates"] + terms["cohort_working_set"]
+    assert abs(cohort - measured) <= 0.2 * measured, (terms, measured)
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="'auto' chunks on a CPU only")

@@ -53,6 +53,7 @@ def test_runs_multiply_the_state_and_only_batched_runs_multiply_the_working_sets
         assert four["per_client_tables"] == states * one["per_client_tables"], layout
         assert four["server_state"] == states * one["server_state"], layout
         assert four["cohort_working_set"] == working * one["cohort_working_set"] > 0, layout
+        assert four["cohort_updates"] == working * one["cohort_updates"] > 0, layout
         assert four["data"] == one["data"], layout
     with pytest.raises(ValueError, match="runs_layout must be 'vmap', 'map' or 'loop'"):
         fa.estimate_memory(task, fd, alg, runs=2, runs_layout="auto")
@@ -72,6 +73,19 @@ def test_a_run_that_cannot_fit_is_refused_before_allocating(monkeypatch):
     assert "per_client_tables: 31.4 GB" in str(info.value)
     assert "fewer clients or a smaller model" in str(info.value)
     assert sum(a.nbytes for a in jax.live_arrays()) - before < 10**6
+
+
+def test_a_cohort_whose_updates_cannot_fit_is_told_to_shrink_k_not_only_to_chunk(monkeypatch):
+    n = 10**5  # K = N: the [K, P] float32 deltas of MNIST logistic regression are 3.14 GB
+    x = np.broadcast_to(np.zeros((1, 784), np.uint8), (n, 784))
+    fd = fa.FederatedData(arrays={"x": x, "y": np.zeros(n, np.int32)},
+                          offsets=np.arange(n, dtype=np.int32), counts=np.ones(n, np.int32))
+    monkeypatch.setattr(memory, "available_bytes", lambda device=None: 2 * 10**9)
+    alg = fa.algorithms.FedAvg(clients_per_round=n, batch_size=1)
+    with pytest.raises(MemoryError, match="fewer clients per round") as info:
+        fa.simulate(fa.tasks.logistic_regression(784, 10), fd, alg, fa.availability.AlwaysOn(),
+                    rounds=1, client_chunk=10)
+    assert "cohort_updates: 3.1 GB" in str(info.value)
 
 
 def test_bad_runs_and_data_are_refused_before_anything_is_shaped():

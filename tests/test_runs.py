@@ -163,6 +163,7 @@ def test_the_memory_estimate_counts_the_runs_the_loop_trains_at_once(monkeypatch
         four = fa.estimate_memory(task, fd, alg, runs=4, runs_layout="loop").terms
         assert four["per_client_tables"] == (4 + workers) * one["per_client_tables"], cores
         assert four["cohort_working_set"] == workers * one["cohort_working_set"], cores
+        assert four["cohort_updates"] == workers * one["cohort_updates"], cores
     two = fa.estimate_memory(task, fd, alg, runs=4, runs_layout="loop", loop_workers=2).terms
     assert two["per_client_tables"] == 6 * one["per_client_tables"]
     with pytest.raises(ValueError, match="loop_workers must be None or an integer >= 1"):

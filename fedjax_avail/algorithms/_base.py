@@ -43,7 +43,9 @@ class Algorithm(Protocol):
     ``[]`` virtual time the next round starts at (None or absent: round r starts at slot r);
     ``moves_time = True`` for an algorithm whose round moves through availability slots itself
     (the asynchronous event clock): its ``round`` returns ``(state, metrics, cursor)``, the
-    cursor where the round ended.
+    cursor where the round ended. ``cohort_copies``: how many ``[K, P]`` float32 arrays a round
+    holds together after training, for :func:`fedjax_avail.estimate_memory` (absent: 1, the
+    members' updates alone, as FedAvg).
     """
 
     def validate(self, num_clients: int) -> None: ...

@@ -120,6 +120,13 @@ class MIFA:
     def _clock(self):
         return round_clock(self.durations, self.deadline, self.over_selection)
 
+    @property
+    def cohort_copies(self) -> int:
+        """[K, P] arrays a round holds together after training (fa.estimate_memory): FedLaAvg's
+        4, the same latest-update rule; the authors-code fill round of all N writes the table
+        without gathering rows (measured: 3.0 N P)."""
+        return 3 if self.start == "authors_code" else 4
+
     def validate(self, num_clients: int) -> None:
         check_cohort_fits(self.clients_per_round, num_clients)
         check_round_clock(self._clock(), self.clients_per_round, num_clients)
