@@ -12,7 +12,9 @@ Setting: the FedLaAvg Fig. 2 MNIST benchmark (``fedlaavg_mnist.py``: N = 1000 on
 logistic regression, diurnal availability D = 1, E = 100, K = 100, C = 10, B = 5, lr 0.01),
 for FedAvg and FedLaAvg (``--algorithms`` also takes ``fedavg_divfl``: FedAvg with DivFL's
 selection, ``fedavg_poc``: with Power-of-Choice, d = N; ``fedavg_lenet5`` and ``fedavg_cnn``:
-FedAvg training LeNet-5 or WKAFL's CNN instead, the convolutional models on a CPU).
+FedAvg training LeNet-5 or WKAFL's CNN instead, the convolutional models on a CPU;
+``fedasync_mlp``: FedAsync, one job an update, training an MLP 784-200-200-10 from its default
+H = 256 model history, event clock with M = 100 jobs in flight, Exponential(1) job times).
 ``fedbuff_<N>`` and ``kasync_<N>`` (e.g. ``fedbuff_1e5``) time asynchronous updates on
 ``async_scaling.py``'s data (N clients of 10 random 8x8 images, 64x10 logistic regression):
 FedBuff (K = 10, Q = 5, B = 5) and K-async SGD (K = 10, B = 4) on the event clock
@@ -76,9 +78,12 @@ else:
                  "fedavg_poc": lambda **c: fa.algorithms.FedAvg(
                      **c, selection=fa.selection.PowerOfChoice(d=1000)),
                  "fedavg_lenet5": fa.algorithms.FedAvg, "fedavg_cnn": fa.algorithms.FedAvg,
+                 "fedasync_mlp": lambda clients_per_round, **c: fa.algorithms.FedAsync(
+                     **c, concurrency=100, durations=fa.clock.Exponential(1.0)),
                  }[algorithm_name](**common)
     task = {"fedavg_lenet5": lambda: fa.tasks.lenet5((28, 28, 1)),
-            "fedavg_cnn": lambda: fa.tasks.cnn((28, 28, 1))}.get(
+            "fedavg_cnn": lambda: fa.tasks.cnn((28, 28, 1)),
+            "fedasync_mlp": lambda: fa.tasks.mlp(784, (200, 200), 10)}.get(
         algorithm_name, lambda: fa.tasks.logistic_regression(784, 10))()
 result = fa.simulate(task, fd, algorithm, process, rounds=rounds, seed=0, eval_every=rounds)
 np.save(params_out, np.asarray(ravel_pytree(result.params)[0]))

@@ -3,6 +3,7 @@ of ``fedbuff.md`` section 5, staleness laws, availability."""
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -277,6 +278,25 @@ def test_async_state_memory_grows_with_history_not_clients():
     # Per-client state is [N] flags and speeds, not [N, P] models.
     assert est[100_000].terms["per_client_tables"] < 100_000 * 16
     assert est[100_000].terms["server_state"] == est[1000].terms["server_state"]
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's working set")
+@pytest.mark.parametrize("name", ["FedAsync", "FedLaAvg"])  # FedBuff, K-async: FedAsync's read
+def test_one_client_a_step_never_copies_the_model_history_or_table(name):
+    # MNIST logistic regression (P = 7850), H = 256: the [H, P] store is 8 MB. An update that
+    # read one start model wrote its new row in place only after XLA copied the store twice
+    # (262 P-rows of working set); FedLaAvg with K = 1 likewise copied its [N, P] table (82
+    # P-rows at N = 40). The step itself needs a few P-vectors.
+    rng = np.random.default_rng(0)
+    fd = fa.data.iid(rng.integers(0, 256, (200, 784)).astype(np.uint8),
+                     rng.integers(0, 10, 200), 40)
+    events = dict(history=256, concurrency=20, durations=fa.clock.Exponential(1.0))
+    alg = {"FedAsync": lambda: ALG.FedAsync(local_steps=2, batch_size=5, **events),
+           "FedLaAvg": lambda: ALG.FedLaAvg(clients_per_round=1, local_steps=2, batch_size=5),
+           }[name]()
+    result = fa.simulate(fa.tasks.logistic_regression(784, 10), fd, alg,
+                         fa.availability.AlwaysOn(), rounds=2)
+    assert result.memory["working_set"] < 16 * 7850 * 4, result.memory
 
 
 def test_fedavg_rounds_last_as_long_as_their_slowest_client(digits_fd):

@@ -54,8 +54,10 @@ def _put(store, rows, models, valid=None):
 
 
 def _get(store, rows):
+    """Rows ``rows`` [S] of the store, decoded to float32 ``[S, P]`` (read with
+    :func:`fedjax_avail.cohort.gather`: one row never makes XLA copy the store)."""
     values, scale = store
-    return cohort_lib.decode_rows(values[rows], scale[rows])
+    return cohort_lib.decode_rows(cohort_lib.gather(values, rows), cohort_lib.gather(scale, rows))
 
 
 @dataclasses.dataclass(frozen=True)
