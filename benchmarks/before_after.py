@@ -14,7 +14,8 @@ for FedAvg and FedLaAvg (``--algorithms`` also takes ``fedavg_divfl``: FedAvg wi
 selection, ``fedavg_poc``: with Power-of-Choice, d = N; ``fedavg_lenet5`` and ``fedavg_cnn``:
 FedAvg training LeNet-5 or WKAFL's CNN instead, the convolutional models on a CPU;
 ``fedasync_mlp``: FedAsync, one job an update, training an MLP 784-200-200-10 from its default
-H = 256 model history, event clock with M = 100 jobs in flight, Exponential(1) job times).
+H = 256 model history, event clock with M = 100 jobs in flight, Exponential(1) job times; a
+timing workload: at the client lr 0.01 under this availability its loss does not fall).
 ``fedbuff_<N>`` and ``kasync_<N>`` (e.g. ``fedbuff_1e5``) time asynchronous updates on
 ``async_scaling.py``'s data (N clients of 10 random 8x8 images, 64x10 logistic regression):
 FedBuff (K = 10, Q = 5, B = 5) and K-async SGD (K = 10, B = 4) on the event clock

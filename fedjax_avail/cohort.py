@@ -238,12 +238,13 @@ def example_shardings(arrays: Any, mesh: Any) -> Any:
 def gather(client_array: ClientArray, cohort: CohortArray) -> CohortArray:
     """Rows of a client array (or any table) for the cohort's client indices ``[K]``.
 
-    One row is gathered as two (the same row twice): XLA:CPU turns a one-row gather into a
-    dynamic slice fused into every reader, so the whole table stays live until the round
-    writes its rows back in place, and XLA then copies the table, twice, every round or
-    update (FedLaAvg with K = 1: 103 P-rows of working set for N = 100 against 9 with K = 2;
-    FedAsync with an MLP and H = 256: 85 ms an update against 6.8 ms; tests/test_async.py)."""
-    client_array = jnp.asarray(client_array)
+    One row is gathered as two (the same row twice): XLA:CPU (JAX 0.10.2) turned a one-row
+    gather into a dynamic slice fused into every reader, so the whole table stayed live until
+    the round wrote its rows back in place, and XLA then copied the table twice every round or
+    update (FedLaAvg with K = 1 at N = 40: 82 P-rows of working set, 5 read as two; FedAsync
+    with an MLP and its H = 256 model store: 46.7 ms an update, 3.94 ms read as two;
+    tests/test_async.py, benchmarks/README.md)."""
+    client_array, cohort = jnp.asarray(client_array), jnp.asarray(cohort)
     if cohort.shape == (1,):
         return client_array[jnp.concatenate([cohort, cohort])][:1]
     return client_array[cohort]

@@ -55,7 +55,7 @@ def _put(store, rows, models, valid=None):
 
 def _get(store, rows):
     """Rows ``rows`` [S] of the store, decoded to float32 ``[S, P]`` (read with
-    :func:`fedjax_avail.cohort.gather`: one row never makes XLA copy the store)."""
+    :func:`fedjax_avail.cohort.gather`, so that one row does not make XLA:CPU copy the store)."""
     values, scale = store
     return cohort_lib.decode_rows(cohort_lib.gather(values, rows), cohort_lib.gather(scale, rows))
 
