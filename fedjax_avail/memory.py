@@ -18,14 +18,14 @@ trained at once (``client_chunk`` of them when set), three P-sized vectors (loca
 start, gradient), one batch of B examples as float32 and the model's activations for that batch
 (:func:`_layer_outputs`); or, when chunks pad the cohort, the padded stack and the K deltas
 sliced out of it, if more (and an asynchronous update's padded start models in both); and,
-when the selection strategy
-reads clients' full-batch losses or gradients (:func:`fedjax_avail.local.full_batch`:
-Power-of-Choice's d candidates each round; DivFL's, SubTrunc's and UnionFL's pass over all N
-before round 0, in chunks of ``ALL_CLIENTS_CHUNK``, and over the cohort after each round), the
-**full-batch working set** of the largest such pass: members at once x W rows x the bytes of
-one row (W = :func:`fedjax_avail.local.block_width`, at most ``FULL_BATCH_BLOCK``, whatever the
-largest client), plus the gradients it returns. The persistent terms are exact (the shapes
-of ``algorithm.init`` and ``availability.init`` under ``jax.eval_shape``); the working sets are
+when the selection strategy reads clients' full-batch losses or gradients
+(:func:`fedjax_avail.local.full_batch`: Power-of-Choice's d candidates each round; DivFL's,
+SubTrunc's and UnionFL's pass over all N before round 0, in chunks of ``ALL_CLIENTS_CHUNK``,
+and over the cohort after each round), the **full-batch working set** of the largest such
+pass: members at once x W rows x the bytes of one row
+(W = :func:`fedjax_avail.local.block_width`, at most ``FULL_BATCH_BLOCK``, whatever the largest
+client), plus the gradients it returns. The persistent terms are exact (the shapes of
+``algorithm.init`` and ``availability.init`` under ``jax.eval_shape``); the working sets are
 approximations (:func:`full_batch_bytes`).
 """
 
