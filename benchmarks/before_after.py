@@ -15,7 +15,9 @@ selection, ``fedavg_poc``: with Power-of-Choice, d = N; ``fedavg_lenet5`` and ``
 FedAvg training LeNet-5 or WKAFL's CNN instead, the convolutional models on a CPU;
 ``fedasync_mlp``: FedAsync, one job an update, training an MLP 784-200-200-10 from its default
 H = 256 model history, event clock with M = 100 jobs in flight, Exponential(1) job times; a
-timing workload: at the client lr 0.01 under this availability its loss does not fall).
+timing workload: at the client lr 0.01 under this availability its loss does not fall;
+``fedavg_mlp_chunk7``: FedAvg training that MLP with ``client_chunk=7``, 15 chunks for K = 100,
+the last overlapping the one before: the working set of a chunked cohort).
 ``fedbuff_<N>`` and ``kasync_<N>`` (e.g. ``fedbuff_1e5``) time asynchronous updates on
 ``async_scaling.py``'s data (N clients of 10 random 8x8 images, 64x10 logistic regression):
 FedBuff (K = 10, Q = 5, B = 5) and K-async SGD (K = 10, B = 4) on the event clock
@@ -79,17 +81,22 @@ else:
                  "fedavg_poc": lambda **c: fa.algorithms.FedAvg(
                      **c, selection=fa.selection.PowerOfChoice(d=1000)),
                  "fedavg_lenet5": fa.algorithms.FedAvg, "fedavg_cnn": fa.algorithms.FedAvg,
+                 "fedavg_mlp_chunk7": fa.algorithms.FedAvg,
                  "fedasync_mlp": lambda clients_per_round, **c: fa.algorithms.FedAsync(
                      **c, concurrency=100, durations=fa.clock.Exponential(1.0)),
                  }[algorithm_name](**common)
     task = {"fedavg_lenet5": lambda: fa.tasks.lenet5((28, 28, 1)),
             "fedavg_cnn": lambda: fa.tasks.cnn((28, 28, 1)),
-            "fedasync_mlp": lambda: fa.tasks.mlp(784, (200, 200), 10)}.get(
+            "fedasync_mlp": lambda: fa.tasks.mlp(784, (200, 200), 10),
+            "fedavg_mlp_chunk7": lambda: fa.tasks.mlp(784, (200, 200), 10)}.get(
         algorithm_name, lambda: fa.tasks.logistic_regression(784, 10))()
-result = fa.simulate(task, fd, algorithm, process, rounds=rounds, seed=0, eval_every=rounds)
+chunk = 7 if algorithm_name.endswith("_chunk7") else "auto"
+result = fa.simulate(task, fd, algorithm, process, rounds=rounds, seed=0, eval_every=rounds,
+                     client_chunk=chunk)
 np.save(params_out, np.asarray(ravel_pytree(result.params)[0]))
 print(json.dumps({"s_per_round": result.timing["s_per_round"],
                   "compile_s": result.timing["compile"],
+                  "working_set_bytes": result.memory.get("working_set"),
                   "final_train_loss": result.history.rows[-1]["train_loss"],
                   "module": fa.__file__}))
 """
@@ -151,7 +158,8 @@ def main(argv: list[str] | None = None) -> dict:
                 r["s_per_round"] for r in values), "s_per_round": [
                     r["s_per_round"] for r in values], "compile_s_median": statistics.median(
                         r["compile_s"] for r in values), "final_train_loss": values[0][
-                            "final_train_loss"]} for side, values in runs.items()}
+                            "final_train_loss"], "working_set_bytes": values[0][
+                                "working_set_bytes"]} for side, values in runs.items()}
             row["ratio_after_over_before"] = (row["after"]["s_per_round_median"]
                                               / row["before"]["s_per_round_median"])
             rows[algorithm] = row

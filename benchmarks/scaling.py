@@ -12,9 +12,8 @@ Every part runs in one process, side by side (the machine's noise hits all rows 
 * ``k``: FedAvg at N = 10^4 for K = 10, 100, 1000.
 * ``tasks``: logistic regression, MLP (784-200-200-10), LeNet-5 and the Sentiment140 LSTM
   (25 tokens, 25-d embedding, 2 x 16 units), FedAvg K = 100 (LSTM: K = 50), each with the
-  cohort trained by one ``vmap`` (``client_chunk=None``), by ``lax.map`` over chunks of 10
-  clients of a ``vmap`` (``client_chunk=10``) and by ``lax.map`` over single clients
-  (``client_chunk=1``).
+  cohort trained by one ``vmap`` (``client_chunk=None``), by sequential ``vmap`` s of 10
+  clients (``client_chunk=10``) and one client at a time (``client_chunk=1``).
 * ``flops``: a 2048 x 2048 float32 matmul's FLOP/s, measured here; each task's local-training
   FLOP/s = (XLA's FLOP count of one client step on one batch) x K x C / s per round; and the
   bare batched-einsum SGD of a pre-gathered cohort (no data gather, no selection, no

@@ -186,8 +186,9 @@ def full_batch(
     Args:
       problem, params, clients: as :func:`local_sgd`.
       with_grads: also the gradients (False: losses only).
-      chunk: members computed at once (a ``lax.map`` of ``vmap`` s, bounding the activations
-        held to chunk x W examples); default ``problem.full_batch_chunk``.
+      chunk: members computed at once (sequential ``vmap`` s,
+        :func:`fedjax_avail.cohort.map_cohort`, bounding the activations held to chunk x W
+        examples); default ``problem.full_batch_chunk``.
       block: the most rows of one member held at once (static), >= 1.
 
     Returns:

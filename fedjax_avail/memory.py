@@ -16,8 +16,7 @@ FedLaAvg's and MIFA's deltas and table rows, 4); the **cohort working set**: wha
 holds beyond those buffers (XLA reuses them): the stack of all K deltas and, for each client
 trained at once (``client_chunk`` of them when set), three P-sized vectors (local model, its
 start, gradient), one batch of B examples as float32 and the model's activations for that batch
-(:func:`_layer_outputs`); or, when chunks pad the cohort, the padded stack and the K deltas
-sliced out of it, if more (and an asynchronous update's padded start models in both); and,
+(:func:`_layer_outputs`), and an asynchronous update's ``[K, P]`` start models; and,
 when the selection strategy reads clients' full-batch losses or gradients
 (:func:`fedjax_avail.local.full_batch`: Power-of-Choice's d candidates each round; DivFL's,
 SubTrunc's and UnionFL's pass over all N before round 0, in chunks of ``ALL_CLIENTS_CHUNK``,
@@ -44,7 +43,6 @@ from jax.extend import core as jax_core
 from fedjax_avail import _keys
 from fedjax_avail import cohort as cohort_lib
 from fedjax_avail._checks import check_client_chunk, check_int, check_optional_int
-from fedjax_avail.algorithms import AsyncParts
 from fedjax_avail.data import FederatedData
 from fedjax_avail.local import block_width, flat_size
 from fedjax_avail.selection import DivFL, PowerOfChoice
@@ -193,18 +191,14 @@ def estimate_memory(
         runs_at_once=runs if runs_layout == "vmap" else 1)
     cohort = cohort_size(algorithm, num_clients)
     # Phases one after another, XLA reusing the buffers of one in the next: training (the
-    # stack of the members' deltas, padded to whole chunks, and the members in flight), the
-    # K deltas sliced out of a padded stack, aggregation (cohort_copies [K, P] arrays)
-    # (an asynchronous update's [K, P] start models go into training too: padded, a copy)
+    # [K, P] results, the start models an asynchronous update trains from, and the members in
+    # flight), then aggregation (cohort_copies [K, P] arrays)
     chunk = min(cohort, train_chunk or cohort)
-    stack = -(-cohort // chunk) * chunk
-    padded = stack > cohort
-    inputs = stack if padded and isinstance(algorithm, AsyncParts) else 0
-    training = (stack + inputs) * num_params * 4 + chunk * (
+    starts = getattr(algorithm, "cohort_starts", 0)
+    training = (1 + starts) * cohort * num_params * 4 + chunk * (
         _member_bytes(task, params, data, algorithm) - num_params * 4)
-    sliced = (stack + inputs + cohort) * num_params * 4 if padded else 0
     updates = getattr(algorithm, "cohort_copies", 1) * cohort * num_params * 4
-    working = max(0, training - updates, sliced - updates)
+    working = max(0, training - updates)
     terms = {
         "data": _arrays_bytes(data.arrays) + 8 * num_clients,
         "test_data": _arrays_bytes(test),
@@ -235,10 +229,11 @@ def _member_bytes(task: Task, params: Any, data: FederatedData, algorithm: Any) 
     Against XLA:CPU's working set of one round (JAX 0.10.2; K = 10 or 40, B = 5; the cohort
     terms of :func:`estimate_memory`): FedAvg 0.94-1.03x for LeNet-5, 0.96-1.28x for WKAFL's
     CNN and 0.98x for an MLP in chunks of 1; FedLaAvg, MIFA (both starts), FedBuff, K-async
-    SGD and WKAFL 0.96-1.00x (MLP, chunks of 1); FedAvg and FedBuff in padded chunks of 7,
-    1.00x and 0.99x (on JAX 0.7.1, which copies no deltas out of the padded stack, FedAvg's is
-    1.41x); above in one ``vmap`` (1.3-2.0x for logistic regression and the MLP, whose members
-    XLA trains in fewer copies)."""
+    SGD and WKAFL 0.96-1.01x (MLP, chunks of 1); in chunks of 7 (K = 40, the last chunk
+    overlapping), FedAvg 1.09-1.11x, FedBuff 1.01-1.07x, FedLaAvg 1.00x, MIFA 0.99x (MLP),
+    and FedAvg 1.05x for logistic regression at K = 1000 in ``"auto"``'s chunks of 59; above
+    in one ``vmap`` (1.3-2.0x for logistic regression and the MLP, whose members XLA trains
+    in fewer copies)."""
     example = sum(math.prod(np.shape(a)[1:]) for a in data.arrays.values())
     batch = getattr(algorithm, "batch_size", 1)
     rows = {name: jax.ShapeDtypeStruct((batch, *np.shape(a)[1:]), np.dtype(a.dtype))
@@ -260,10 +255,11 @@ def client_chunks(
     trains its share); on a CPU (``backend``, default JAX's), when the members' working sets
     (:func:`_member_bytes`, times ``runs_at_once``: runs batched by ``runs_layout="vmap"``)
     pass ``CPU_CHUNK_BYTES``, in the fewest chunks under it, as even as they come (K = 100 of
-    at most 59 a chunk: 2 chunks of 50; K = 1000: 17 of 59, the last padded by 3). XLA:CPU
-    runs a ``vmap`` of many small products far slower per member once their working sets leave
-    the cache (MNIST logistic regression: K = 1000 took 36x K = 100 in one ``vmap``, 10x in
-    these chunks; ``benchmarks/cohort_chunks.py``). Members compute the same arithmetic in any
+    at most 59 a chunk: 2 chunks of 50; K = 1000: 17 of 59, the last overlapping the one
+    before by 3: :func:`fedjax_avail.cohort.map_cohort`). XLA:CPU runs a ``vmap`` of many
+    small products far slower per member once their working sets leave the cache (MNIST
+    logistic regression: K = 1000 took 36x K = 100 in one ``vmap``, 10x in these chunks;
+    ``benchmarks/cohort_chunks.py``). Members compute the same arithmetic in any
     chunk, so results match up to float reordering. ``"auto"`` leaves the full-batch passes
     of a selection that makes them (DivFL, SubTrunc, UnionFL, Power-of-Choice) unbounded
     (None), as before; without such passes the second value repeats the first.
@@ -439,7 +435,7 @@ def check_fits(estimate: MemoryEstimate, available: int | None) -> None:
                       "cohort's updates are K x P)")
     if estimate.terms["cohort_working_set"] > available / 4:
         advice.append("client_chunk=... to train the cohort in sequential chunks (one that "
-                      "divides K pads nothing)")
+                      "divides K trains no member twice)")
     elif estimate.terms.get("full_batch_working_set", 0) > available / 4:
         advice.append("client_chunk=... to hold fewer clients' full batches at once")
     if estimate.terms["data"] > available / 4:

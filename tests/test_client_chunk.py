@@ -3,6 +3,7 @@ keep each chunk's working sets in ``CPU_CHUNK_BYTES``; the choice changes result
 reordering at most, and never the full-batch passes."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -85,16 +86,45 @@ def test_the_estimate_counts_the_members_trained_at_once_and_every_members_updat
              for chunk in (None, 10, "auto")}
     training = LR_MEMBER - 7850 * 4  # a member in training, its delta apart
     train, _ = memory.client_chunks("auto", task, fd, alg)
-    assert train == 59  # 1000 members in 17 chunks of 59: the map's stack is padded to 1003
+    assert train == 59  # 1000 members in 17 chunks of 59, the last overlapping by 3
     # the K deltas are held together until aggregated, whatever the chunk, and the members
-    # in training beside them
-    for chunk, members in ((None, 1000), (10, 10)):
+    # in training beside them (no padded stack: cohort.map_cohort)
+    for chunk, members in ((None, 1000), (10, 10), ("auto", 59)):
         assert terms[chunk]["cohort_updates"] == 1000 * 7850 * 4, chunk
         assert terms[chunk]["cohort_working_set"] == members * training, chunk
-    # a stack padded to 1003 rows is held beside the 1000 deltas sliced out of it (more than
-    # the 1003 rows and 59 members in training)
-    assert terms["auto"]["cohort_updates"] == 1000 * 7850 * 4
-    assert terms["auto"]["cohort_working_set"] == 1003 * 7850 * 4
+    # an asynchronous update's start models are held while its members train, beside their
+    # results: two [K, P] arrays, and the members in flight above them
+    fedbuff = fa.algorithms.FedBuff(buffer_size=1000, concurrency=1000, history=4,
+                                    local_steps=2, batch_size=5, client_lr=0.01)
+    terms = fa.estimate_memory(task, fd, fedbuff, client_chunk=10).terms
+    assert terms["cohort_updates"] == 2 * 1000 * 7850 * 4
+    assert terms["cohort_working_set"] == 10 * training
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 13, 40, 64])
+def test_chunks_give_every_member_its_own_result_and_hold_no_padded_stack(chunk):
+    # K = 40 members in chunks that divide it or not (the last chunk overlapping the one
+    # before), or one vmap: each member's outputs are its own, exactly (integer-valued), None
+    # leaves kept; the working set is the chunk's, never a stack padded past K beside the K
+    # rows sliced out of it (which 7 and 13 would pad to 42 and 52 rows)
+    k, p = 40, 25_000
+    rows = jnp.arange(3 * k, dtype=jnp.int32).reshape(k, 3)
+    scales = jnp.arange(k, dtype=jnp.float32)
+
+    def member(row, scale):
+        return {"update": jnp.full((p,), jnp.sum(row), jnp.float32) * scale,
+                "first": row[0], "none": None}
+
+    def mapped(rows, scales):
+        return cohort_lib.map_cohort(member, rows, scales, chunk=chunk)
+
+    out = jax.jit(mapped)(rows, scales)
+    sums = np.asarray(rows).sum(axis=1)
+    np.testing.assert_array_equal(out["update"], (sums * np.arange(k))[:, None] * np.ones(p))
+    np.testing.assert_array_equal(out["first"], np.asarray(rows)[:, 0])
+    assert out["none"] is None
+    temp = jax.jit(mapped).lower(rows, scales).compile().memory_analysis().temp_size_in_bytes
+    assert temp <= min(chunk, k) * p * 4 + 2**16, (temp, chunk)
 
 
 def _algorithm(name: str, k: int):
@@ -115,8 +145,8 @@ def _algorithm(name: str, k: int):
 def test_a_chunked_cohorts_estimate_is_within_20_percent_of_xla_s_working_set(name, chunk):
     # an MLP (P = 199,210), K = 40: the deltas held until aggregated are 32 MB; FedLaAvg's
     # table rows and FedBuff's start models are held beside them (4 and 2 [K, P] arrays);
-    # chunks of 7 pad the deltas and FedBuff's start models to 42 in the map, beside the 40
-    # deltas sliced out. The estimate counted only the members in flight before (2.4 MB each).
+    # FedBuff's start models also while its members train, in chunks of 7 (the last one
+    # overlapping). The estimate counted only the members in flight before (2.4 MB each).
     task, fd, alg = fa.tasks.mlp(784, (200, 200), 10), _images(40, 5), _algorithm(name, 40)
     terms = fa.estimate_memory(task, fd, alg, client_chunk=chunk).terms
     result = fa.simulate(task, fd, alg, fa.availability.AlwaysOn(), rounds=1,

@@ -50,8 +50,10 @@ class AsyncParts:
     offline: str = "lost"
     table_dtype: str = "float32"
     # [K, P] arrays an update holds together after training (fa.estimate_memory): the members'
-    # results and the start models they were trained from (measured: 2.0 K P)
+    # results and the start models they were trained from (measured: 2.0 K P); the start
+    # models are also held while the members train
     cohort_copies: ClassVar[int] = 2
+    cohort_starts: ClassVar[int] = 1
 
     def _check_async(self, events: int) -> None:
         if not isinstance(self.durations, (clock_lib.KofP, clock_lib.Constant,

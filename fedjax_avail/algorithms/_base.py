@@ -45,7 +45,8 @@ class Algorithm(Protocol):
     (the asynchronous event clock): its ``round`` returns ``(state, metrics, cursor)``, the
     cursor where the round ended. ``cohort_copies``: how many ``[K, P]`` float32 arrays a round
     holds together after training, for :func:`fedjax_avail.estimate_memory` (absent: 1, the
-    members' updates alone, as FedAvg).
+    members' updates alone, as FedAvg); ``cohort_starts``: how many of them are held while the
+    members train (absent: 0; the asynchronous algorithms' start models, 1).
     """
 
     def validate(self, num_clients: int) -> None: ...
