@@ -107,10 +107,11 @@ def map_cohort(fn: Callable[..., Any], *args: Any, chunk: int | None = None) -> 
     """Applies ``fn`` to every cohort member: ``fn(*(a[k] for a in args))`` for k < K.
 
     Under a device mesh with a ``"cohort"`` axis (``simulate(..., mesh=...)``), the K members
-    are split over that axis with ``jax.shard_map``: each device trains K / D of them (the
-    cohort is padded to a multiple of D by repeating member 0, and the padding dropped). Every
-    member's computation is unchanged, so the members' results do not depend on D beyond
-    float reassociation in XLA's batched kernels.
+    are split over that axis by sharding constraints (XLA's SPMD partitioner): each device
+    trains K / D of them (the cohort is padded to a multiple of D by repeating member 0, and
+    the padding dropped), in chunks of its own share when ``chunk`` is set. Every member's
+    computation is unchanged, so the members' results do not depend on D beyond float
+    reassociation in XLA's batched kernels.
 
     Args:
       fn: a function of one member's slices of ``args``.
@@ -130,11 +131,19 @@ def map_cohort(fn: Callable[..., Any], *args: Any, chunk: int | None = None) -> 
         return _map_here(fn, args, chunk)
     from jax.sharding import PartitionSpec
 
-    size = jax.tree.leaves(args)[0].shape[0]
+    size, devices = jax.tree.leaves(args)[0].shape[0], mesh.shape[COHORT]
     split = PartitionSpec(COHORT)
-    padded = jax.lax.with_sharding_constraint(_pad_to(args, size, mesh.shape[COHORT]), split)
-    out = jax.lax.with_sharding_constraint(_map_here(fn, padded, chunk), split)
-    return jax.tree.map(lambda a: a[:size], out)
+    padded = jax.lax.with_sharding_constraint(_pad_to(args, size, devices), split)
+    if chunk is None:
+        out = jax.lax.with_sharding_constraint(jax.vmap(fn)(*padded), split)
+        return jax.tree.map(lambda a: a[:size], out)
+    # in chunks: each device's share [D, K / D, ...] in its own chunks (a chunk slicing the
+    # sharded axis itself gathered every member to every device: 3x one device's time)
+    share = jax.tree.map(lambda a: jax.lax.with_sharding_constraint(
+        a.reshape((devices, -1, *a.shape[1:])), split), padded)
+    out = jax.vmap(lambda *a: _map_here(fn, a, chunk))(*share)
+    out = jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, split), out)
+    return jax.tree.map(lambda a: a.reshape((-1, *a.shape[2:]))[:size], out)
 
 
 def _pad_to(args: Any, size: int, multiple: int) -> Any:

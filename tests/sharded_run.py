@@ -3,7 +3,8 @@
 ``python sharded_run.py DEVICES AXES ALGORITHM [PROCESS_ID NUM_PROCESSES PORT]`` prints one
 JSON line: the final model, the history's last training loss, and the table's sharding. AXES is
 the mesh's axis names joined by commas (``clients``, ``cohort``; with DEVICES = 1 no mesh is
-used); ALGORITHM is one of ``ALGORITHMS``. With a process id it joins a ``jax.distributed`` run
+used); ALGORITHM is one of ``ALGORITHMS``, ``@C`` after it training the cohort with
+``client_chunk=C``. With a process id it joins a ``jax.distributed`` run
 on localhost (the CPU backend, Gloo collectives).
 """
 
@@ -16,7 +17,7 @@ os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
 
 import jax  # noqa: E402
 
-axes, algorithm_name = tuple(sys.argv[2].split(",")), sys.argv[3]
+axes, (algorithm_name, _, chunk) = tuple(sys.argv[2].split(",")), sys.argv[3].partition("@")
 if len(sys.argv) > 4:
     process_id, processes, port = (int(a) for a in sys.argv[4:7])
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -51,7 +52,8 @@ def main() -> None:
     shape = (count,) if len(axes) == 1 else (2, count // 2)
     mesh = Mesh(np.array(jax.devices()).reshape(shape), axes) if len(jax.devices()) > 1 else None
     result = fa.simulate(task, fd, alg, fa.availability.Bernoulli(0.5), rounds=20,
-                         eval_every=10, test_data=test, mesh=mesh)
+                         eval_every=10, test_data=test, mesh=mesh,
+                         client_chunk=int(chunk) if chunk else "auto")
     params = multihost_utils.process_allgather(ravel_pytree(result.params)[0], tiled=True)
     table = getattr(result.state, "latest", None)  # FedLaAvg's [N, P] table
     print(json.dumps({

@@ -73,6 +73,17 @@ def test_cohort_split_over_devices_equals_one_device(algorithm):
     assert split["train_loss"] == pytest.approx(alone["train_loss"], rel=1e-5)
 
 
+@pytest.mark.parametrize("algorithm", ["fedavg@3", "fedbuff@3"])
+def test_a_chunked_cohort_split_over_devices_equals_one_device(algorithm):
+    """client_chunk with a "cohort" axis: each device trains its share of the cohort in its own
+    chunks (FedAvg: 7 members padded to 8, 4 a device in chunks of 3, the last overlapping)."""
+    alone = _run("1", "cohort", algorithm)
+    split = _run("2", "cohort", algorithm)
+    assert split["devices"] == 2
+    np.testing.assert_allclose(split["params"], alone["params"], rtol=1e-4, atol=1e-6)
+    assert split["train_loss"] == pytest.approx(alone["train_loss"], rel=1e-5)
+
+
 def test_clients_and_cohort_axes_together(one_device):
     out = _run("4", "clients,cohort", "fedlaavg")
     assert out["local_shards"] == [[20, 650]] * 4  # split in two over "clients"
