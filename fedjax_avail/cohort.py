@@ -119,7 +119,9 @@ def map_cohort(fn: Callable[..., Any], *args: Any, chunk: int | None = None) -> 
       chunk: None maps the whole cohort (or a device's share of it) with one ``vmap``; an int c
         runs ``ceil(K / c)`` sequential ``vmap`` s of c members each (a ``fori_loop`` writing
         into the ``[K, ...]`` results; when c does not divide K the last chunk overlaps the one
-        before: :func:`_map_here`), bounding memory to c members' activations.
+        before and trains up to c - 1 members twice: :func:`_map_here`), bounding memory to c
+        members' activations; under a ``"cohort"`` mesh, c of each device's K / D members at
+        a time on every device (D c at once in all).
 
     Returns:
       ``fn``'s outputs stacked on a leading cohort axis ``[K, ...]``.

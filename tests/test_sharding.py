@@ -73,10 +73,12 @@ def test_cohort_split_over_devices_equals_one_device(algorithm):
     assert split["train_loss"] == pytest.approx(alone["train_loss"], rel=1e-5)
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg@3", "fedbuff@3"])
+@pytest.mark.parametrize("algorithm", ["fedavg@3", "fedbuff@3", "divfl@3", "wkafl@3"])
 def test_a_chunked_cohort_split_over_devices_equals_one_device(algorithm):
     """client_chunk with a "cohort" axis: each device trains its share of the cohort in its own
-    chunks (FedAvg: 7 members padded to 8, 4 a device in chunks of 3, the last overlapping)."""
+    chunks (FedAvg: 7 members padded to 8, 4 a device in chunks of 3, the last overlapping;
+    DivFL's full-batch passes, whose outputs hold None leaves; WKAFL's per-member scalars). The
+    speed of the split is benchmarks/cohort_mesh_chunks.py's to show."""
     alone = _run("1", "cohort", algorithm)
     split = _run("2", "cohort", algorithm)
     assert split["devices"] == 2
