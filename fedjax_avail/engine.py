@@ -496,7 +496,8 @@ def simulate(
         (:mod:`fedjax_avail.runs`: hyperparameter values in one program).
       eval_every: evaluate every this many rounds (and after round 0 and the last round).
       test_data: optional held-out examples (a dict of ``[M, ...]`` arrays or FederatedData).
-      client_chunk: train the cohort in sequential chunks of this many clients, and hold at
+      client_chunk: train the cohort in sequential chunks of this many clients (under a
+        ``"cohort"`` mesh axis, each device its share in chunks of this many), and hold at
         most this many clients' full batches at once (a memory bound); None: the whole cohort
         in one ``vmap``. ``"auto"`` (default): one ``vmap`` on accelerators and under a
         ``"cohort"`` mesh axis; on a CPU, chunks of at most
