@@ -499,10 +499,10 @@ def simulate(
       client_chunk: train the cohort in sequential chunks of this many clients (under a
         ``"cohort"`` mesh axis, each device its share in chunks of this many), and hold at
         most this many clients' full batches at once (a memory bound); None: the whole cohort
-        in one ``vmap``. ``"auto"`` (default): one ``vmap`` on accelerators and under a
-        ``"cohort"`` mesh axis; on a CPU, chunks of at most
-        ``fedjax_avail.memory.CPU_CHUNK_BYTES`` of members' working sets when the cohort is
-        larger (XLA:CPU's batched small products slow down past the cache: MNIST logistic
+        in one ``vmap``. ``"auto"`` (default): one ``vmap`` on accelerators; on a CPU,
+        chunks of at most ``fedjax_avail.memory.CPU_CHUNK_BYTES`` of members' working sets
+        when the cohort (under a ``"cohort"`` mesh axis, each device's share of it) is larger
+        (XLA:CPU's batched small products slow down past the cache: MNIST logistic
         regression trains K = 1000 in 17 chunks of 59), no bound on full-batch passes
         (:func:`fedjax_avail.memory.client_chunks`). Results match up to float reordering.
       eval_batch_size: examples per evaluation block.

@@ -59,14 +59,33 @@ def test_auto_on_a_cpu_splits_the_cohort_evenly_into_chunks_that_fit_the_budget(
         assert chunk <= most and blocks == -(-k // most) and blocks * chunk - k < blocks
 
 
-def test_auto_counts_batched_runs_and_leaves_a_cohort_mesh_and_accelerators_one_vmap():
+def test_auto_counts_batched_runs_and_leaves_accelerators_one_vmap():
     task, fd, alg = fa.tasks.logistic_regression(784, 10), _images(1000, 1), _fedavg(100)
     assert memory.client_chunks("auto", task, fd, alg, backend="cpu", runs_at_once=2) == (25, 25)
-    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("cohort",))
-    assert memory.client_chunks("auto", task, fd, alg, backend="cpu", mesh=mesh) == (None, None)
     clients = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("clients",))
     assert memory.client_chunks("auto", task, fd, alg, backend="cpu", mesh=clients) == (50, 50)
     assert memory.client_chunks("auto", task, fd, alg, backend="gpu") == (None, None)
+    assert memory.client_chunks("auto", task, fd, alg, backend="gpu", runs_at_once=8) == (
+        None, None)
+
+
+@pytest.mark.parametrize(("k", "devices", "chunk"), [
+    (100, 1, 50), (100, 2, None), (200, 2, 50), (1000, 2, 56), (1000, 4, 50), (1000, 17, None),
+    (7, 2, None)])
+def test_auto_under_a_cohort_mesh_chunks_each_devices_share_of_the_cohort(k, devices, chunk):
+    """Each of D devices trains its ceil(K / D) members (map_cohort), so "auto" applies the
+    chunk budget to that share: 2 devices of 500 members in chunks of 56 (9 a device), while
+    a share of 50 fits one vmap."""
+    task, fd = fa.tasks.logistic_regression(784, 10), _images(1000, 1)
+    mesh = jax.sharding.AbstractMesh((devices,), ("cohort",))
+    assert memory.cohort_devices(mesh) == devices
+    assert memory.client_chunks("auto", task, fd, _fedavg(k), backend="cpu", mesh=mesh) == (
+        chunk, chunk)
+    if chunk is not None:  # the share in as few chunks as fit the budget, as even as they come
+        share, most = -(-k // devices), memory.CPU_CHUNK_BYTES // LR_MEMBER
+        assert chunk <= most and -(-share // chunk) == -(-share // most)
+    assert memory.client_chunks("auto", task, fd, _fedavg(k), backend="gpu", mesh=mesh) == (
+        None, None)
 
 
 def test_an_explicit_value_bounds_both_passes_and_a_bad_one_is_refused_by_name():
@@ -94,6 +113,14 @@ def test_the_estimate_counts_the_members_trained_at_once_and_every_members_updat
         assert terms[chunk]["cohort_working_set"] == members * training, chunk
     # an asynchronous update's start models are held while its members train, beside their
     # results: two [K, P] arrays, and the members in flight above them
+    # under a "cohort" mesh of D devices: the cohort padded to D shares, each device its chunk
+    two = jax.sharding.AbstractMesh((2,), ("cohort",))
+    for k, chunk, members in ((1000, "auto", 2 * 56), (1000, 7, 2 * 7), (7, None, 8)):
+        terms = fa.estimate_memory(task, fd, _fedavg(k), client_chunk=chunk, mesh=two).terms
+        padded = -(-k // 2) * 2
+        assert terms["cohort_updates"] == k * 7850 * 4, (k, chunk)
+        assert terms["cohort_working_set"] == (padded - k) * 7850 * 4 + members * training, (
+            k, chunk)
     fedbuff = fa.algorithms.FedBuff(buffer_size=1000, concurrency=1000, history=4,
                                     local_steps=2, batch_size=5, client_lr=0.01)
     terms = fa.estimate_memory(task, fd, fedbuff, client_chunk=10).terms
