@@ -17,6 +17,10 @@ Measured, one after the other in this one run (nothing else of the benchmark run
 * **ours_cores**: the same, each round's cohort split over ``--devices`` CPU devices (default:
   one per core; ``fa.cohort.cohort_mesh``, what ``fedjax-avail run --devices D`` does), in a
   child process (JAX fixes its CPU device count when it starts).
+* **cifar10_shape** (unless ``--no-cifar``): pfl's CIFAR-10 benchmark shape
+  (``peers/cifar10_shape.py``), ours with the cohort in one ``vmap``, one client at a time
+  (``client_chunk=1``) and, on a CPU, over ``--devices`` devices with ``simulate``'s default
+  ``client_chunk="auto"`` (a child process), against pfl; judged on the fastest of ours.
 * **loop**: the same FedAvg written the way FedJAX's jit backend and the papers' PyTorch code run
   it: a Python loop over the K clients (``rng.choice`` in numpy), for each a Python loop of C
   calls to one ``jax.jit``-compiled single-client SGD step on 5 rows sampled with numpy, and
@@ -182,12 +186,15 @@ def cifar10_data() -> fa.FederatedData:
 
 
 def run_ours_cifar10(fd: fa.FederatedData, rounds: int, repeats: int,
-                     client_chunk: int | None) -> dict[str, Any]:
+                     client_chunk: int | str | None, devices: int | None = None,
+                     ) -> dict[str, Any]:
     """Ours on pfl's CIFAR-10 shape (``fd``: :func:`cifar10_data`): FedAvg with K = 50, 5 local
     steps of batches of 10 at lr 0.1 (one epoch's worth of 50 images; ours samples batches with
     replacement), server lr 1, pfl's CNN; ``client_chunk`` clients of the cohort at a time
-    (None: all 50 under ``vmap``). ``s_per_round`` is the best of ``repeats`` runs of
-    ``rounds`` rounds."""
+    (None: all 50 under ``vmap``; ``"auto"``: ``simulate``'s default); with ``devices``, the
+    cohort split over that many devices (``cohort_mesh``). ``s_per_round`` is the best of
+    ``repeats`` runs of ``rounds`` rounds."""
+    mesh = None if devices is None else fa.cohort.cohort_mesh(devices)
     task = fa.tasks.classification(PflSimpleCNN(), cifar10_shape.IMAGE_SHAPE)
     algorithm = fa.algorithms.FedAvg(
         clients_per_round=cifar10_shape.COHORT, local_steps=cifar10_shape.LOCAL_STEPS,
@@ -197,31 +204,44 @@ def run_ours_cifar10(fd: fa.FederatedData, rounds: int, repeats: int,
     for _ in range(repeats):
         result = fa.simulate(task, fd, algorithm, fa.availability.AlwaysOn(), rounds=rounds,
                              seed=SEED, eval_every=rounds, client_chunk=client_chunk,
-                             train_eval_examples=5000)
+                             train_eval_examples=5000, mesh=mesh)
         runs.append({"compile_s": result.timing["compile"], "run_s": result.timing["run"],
                      "eval_s": result.timing["eval"], "s_per_round": result.timing["s_per_round"],
                      "train_loss": float(result.history.rows[-1]["train_loss"])})
     best = min(runs, key=lambda r: r["s_per_round"])
     num_params = sum(int(np.size(leaf)) for leaf in jax.tree.leaves(result.params))
-    return {"system": "ours" if client_chunk is None else f"ours, client_chunk={client_chunk}",
-            "client_chunk": client_chunk, "rounds": rounds, "repeats": repeats,
+    system = "ours" if client_chunk is None else f"ours, client_chunk={client_chunk}"
+    if devices is not None:
+        system = f"ours, cohort over {devices} devices, client_chunk={client_chunk}"
+    return {"system": system, "client_chunk": client_chunk, "devices": devices or 1,
+            "rounds": rounds, "repeats": repeats,
             "s_per_round": best["s_per_round"], "runs": runs, "num_params": num_params,
             "train_loss_after": best["train_loss"], "rounds_run": rounds}
 
 
 def cifar10_workload(args: argparse.Namespace) -> dict[str, Any]:
-    """pfl's CIFAR-10 benchmark shape: ours (the whole cohort under ``vmap``, and one client at
-    a time) and pfl, side by side; the ratios pfl / ours per round."""
+    """pfl's CIFAR-10 benchmark shape: ours (the whole cohort under ``vmap``, one client at a
+    time, and on a CPU the cohort over ``--devices`` devices with ``client_chunk="auto"``, in
+    a child process) and pfl, side by side; the ratios pfl / ours per round."""
     print(f"cifar10 shape: ours, {args.cifar_rounds} rounds x {args.cifar_repeats} ...",
           flush=True)
     fd = cifar10_data()  # 50,000 images, 614 MB: built once for both of ours' layouts
     ours = run_ours_cifar10(fd, args.cifar_rounds, args.cifar_repeats, None)
     print("cifar10 shape: ours, client_chunk=1 ...", flush=True)
     ours_chunked = run_ours_cifar10(fd, args.cifar_rounds, args.cifar_repeats, 1)
+    del fd
+    if jax.default_backend() == "cpu":
+        print(f"cifar10 shape: ours, cohort over {args.devices} CPU devices ...", flush=True)
+        ours_cores = run_ours_on_cores(args, None, "cifar10")
+    else:
+        ours_cores = {"system": "ours_cores", "status": "not run",
+                      "reason": f"only for the CPU backend (this run: {jax.default_backend()})"}
     print(f"cifar10 shape: pfl, 1 warm-up + {args.cifar_pfl_rounds} rounds ...", flush=True)
     pfl = run_peer("pfl", args.pfl_python, args.partition, args.cifar_pfl_rounds,
                    args.peer_timeout, ["--workload", "cifar10"])
-    best = min(ours["s_per_round"], ours_chunked["s_per_round"])
+    cores_ok = ours_cores["status"] == "ok"
+    best = min(ours["s_per_round"], ours_chunked["s_per_round"],
+               ours_cores["s_per_round"] if cores_ok else float("inf"))
     ok = pfl["status"] == "ok"
     ratio = pfl["s_per_round"] / best if ok else None
     # The arithmetic's ceiling: a round's FLOPs at the dense matmul rate of this machine
@@ -245,12 +265,16 @@ def cifar10_workload(args: argparse.Namespace) -> dict[str, Any]:
         },
         "ours": ours,
         "ours_client_chunk_1": ours_chunked,
+        "ours_cores": ours_cores,
         "pfl": pfl,
         "same_model": ok and pfl["num_params"] == ours["num_params"] == cifar10_shape.NUM_PARAMS,
         "arithmetic": flops,
         "ratios": {"pfl_over_ours": pfl["s_per_round"] / ours["s_per_round"] if ok else None,
                    "pfl_over_ours_client_chunk_1":
                        pfl["s_per_round"] / ours_chunked["s_per_round"] if ok else None,
+                   "pfl_over_ours_cores":
+                       pfl["s_per_round"] / ours_cores["s_per_round"]
+                       if ok and cores_ok else None,
                    "pfl_over_best_ours": ratio},
         "target_speedup_vs_pfl": TARGET_SPEEDUP_VS_PFL,
         "target_met": None if ratio is None else ratio >= TARGET_SPEEDUP_VS_PFL,
@@ -302,11 +326,16 @@ def run_loop(task: fa.Task, fd: fa.FederatedData, rounds: int) -> dict[str, Any]
     return {"system": "loop", **round_figures(per_round, warmup), "train_loss_after": loss}
 
 
-def run_ours_on_cores(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
-    """``run_ours`` with the cohort over ``args.devices`` CPU devices, in a child process."""
-    command = [sys.executable, __file__, "--ours-only", "--devices", str(args.devices),
+def run_ours_on_cores(args: argparse.Namespace, data_dir: Path | None,
+                      workload: str = "mnist") -> dict[str, Any]:
+    """``run_ours`` (``workload="cifar10"``: ``run_ours_cifar10`` with ``client_chunk="auto"``)
+    with the cohort over ``args.devices`` CPU devices, in a child process."""
+    command = [sys.executable, __file__, "--ours-only", workload, "--devices", str(args.devices),
                "--rounds", str(args.rounds), "--repeats", str(args.repeats),
-               "--data-dir", str(data_dir)]
+               "--cifar-rounds", str(args.cifar_rounds),
+               "--cifar-repeats", str(args.cifar_repeats)]
+    if data_dir is not None:
+        command += ["--data-dir", str(data_dir)]
     proc = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT)
     figures = last_json_line(proc.stdout)
     if proc.returncode != 0 or figures is None:
@@ -411,8 +440,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--devices", type=int, default=os.cpu_count() or 1,
                         help="CPU devices the cohort is split over for ours_cores (default: "
                              "one per core)")
-    parser.add_argument("--ours-only", action="store_true",
-                        help="(internal) print run_ours' figures as JSON on --devices devices")
+    parser.add_argument("--ours-only", nargs="?", const="mnist", choices=("mnist", "cifar10"),
+                        help="(internal) print ours' figures on that workload as JSON, the "
+                             "cohort over --devices devices")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: --rounds 50 --repeats 1 --loop-rounds 2 "
                              "--fedjax-rounds 3 --flower-rounds 2 --pfl-rounds 2 "
@@ -453,9 +483,12 @@ def print_table(payload: dict[str, Any]) -> None:
 def print_cifar10(figures: dict[str, Any]) -> None:
     """The CIFAR-10-shape workload's s/round of ours (both cohort layouts) and pfl."""
     print("CIFAR-10 shape (1000 clients x 50 images, cohort 50, pfl's CNN):")
-    ours = min(figures["ours"]["s_per_round"], figures["ours_client_chunk_1"]["s_per_round"])
+    cores = figures.get("ours_cores", {"status": "not run", "reason": "an older result"})
+    ours = min(f["s_per_round"] for f in (figures["ours"], figures["ours_client_chunk_1"], cores)
+               if f.get("status", "ok") == "ok")
     for label, f in (("ours, cohort vmapped", figures["ours"]),
                      ("ours, client_chunk=1", figures["ours_client_chunk_1"]),
+                     (f"ours, {cores.get('devices', '?')} devices", cores),
                      ("pfl (PyTorch)", figures["pfl"])):
         if f.get("status", "ok") != "ok":
             print(f"  {label:<22} {f['status']}: {f['reason']}")
@@ -474,6 +507,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.ours_only:  # before any JAX computation: it fixes the number of CPU devices
         jax.config.update("jax_num_cpu_devices", args.devices)
+    if args.ours_only == "cifar10":
+        figures = run_ours_cifar10(cifar10_data(), args.cifar_rounds, args.cifar_repeats,
+                                   "auto", args.devices)
+        print(json.dumps(figures))
+        return figures
     data_dir = args.data_dir if args.data_dir is not None else default_data_dir()
     train, test = fa.data.load_mnist(data_dir)
     fd = fa.data.one_label_per_client(train["x"], train["y"], NUM_CLIENTS, seed=SEED)
