@@ -26,6 +26,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend import core as jax_core
 
 ClientArray = jax.Array  # [N, ...]
 CohortArray = jax.Array  # [K, ...]
@@ -176,12 +177,16 @@ def _map_here(fn: Callable[..., Any], args: Any, chunk: int | None) -> Any:
         return batched(*jax.tree.map(
             lambda a: jax.lax.dynamic_slice_in_dim(a, start, chunk), args))
 
+    # fn traced once, for the buffer's shapes, and replayed in the loop (tracing it again there
+    # cost FedAvg's round program 0.1 s of its 0.25 s of tracing, every simulate call)
+    traced, shapes = jax.make_jaxpr(members_from, return_shape=True)(jnp.int32(0))
+    replay, tree = jax_core.jaxpr_as_fun(traced), jax.tree.structure(shapes)
+
     def one_chunk(b, out):
         start = jnp.minimum(b * chunk, size - chunk)
         return jax.tree.map(lambda o, r: jax.lax.dynamic_update_slice_in_dim(o, r, start, 0),
-                            out, members_from(start))
+                            out, jax.tree.unflatten(tree, replay(start)))
 
-    shapes = jax.eval_shape(members_from, 0)
     out = jax.tree.map(lambda s: jnp.zeros((size, *s.shape[1:]), s.dtype), shapes)
     return jax.lax.fori_loop(0, -(-size // chunk), one_chunk, out)
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -26,14 +27,13 @@ class Evaluator:
     The data set is an argument of the compiled function, not a constant baked into it, so an
     evaluator over the training data reads the very device buffers the rounds train on: the
     data is held once. ``compile(params)`` compiles ahead of time (so compile time can be
-    reported apart); calling compiles on first use otherwise. ``runs=True`` evaluates a stack
-    of models ``[S, ...]`` at once (every value then has a leading runs axis).
+    reported apart); calling compiles on first use otherwise. ``fn`` is a ``jax.jit`` of
+    ``(params, arrays) -> values``: evaluators built from one jitted function (one task, the
+    same shapes: :func:`_jitted`) share its traced, lowered and compiled program.
     """
 
-    def __init__(self, fn, arrays: Any, runs: bool = False):
-        if runs:
-            fn = cohort_lib.map_runs(fn, in_axes=(0, None))
-        self._fn, self._arrays, self._compiled = jax.jit(fn), arrays, None
+    def __init__(self, fn: Any, arrays: Any):
+        self._fn, self._arrays, self._compiled = fn, arrays, None
 
     def compile(self, params: Any) -> None:
         self._compiled = self._fn.lower(params, self._arrays).compile()
@@ -59,17 +59,50 @@ def make_evaluator(
       arrays: dict of ``[M, ...]`` arrays (e.g. all clients' training data, or a test set); host
         arrays are put on the device once, device arrays are used as they are.
       batch_size: examples per block (memory knob), >= 1.
-      runs: evaluate stacked models ``[S, ...]`` (see :class:`Evaluator`).
+      runs: evaluate stacked models ``[S, ...]`` (every value then has a leading runs axis).
     """
     arrays = {k: v if isinstance(v, jax.Array) else jnp.asarray(v) for k, v in arrays.items()}
     size = len(next(iter(arrays.values())))
-    batch_size = min(batch_size, size)
+    fn = _shared(_example_means, task.loss, task.metrics, size, min(batch_size, size), runs)
+    return Evaluator(fn, dict(arrays))
+
+
+def _jitted(fn: Callable[..., Any], runs: bool) -> Any:
+    """``jax.jit`` of ``fn(params, arrays)``, over a stack of models ``[S, ...]`` if ``runs``."""
+    return jax.jit(cohort_lib.map_runs(fn, in_axes=(0, None)) if runs else fn)
+
+
+def _shared(build: Any, loss: Callable[..., Any], metrics: Any, *layout: Any) -> Any:
+    """``build(loss, metrics, *layout)``, the same jitted function for the same arguments.
+
+    Cached on everything an evaluation's program depends on besides its arguments' shapes: the
+    task's functions (as Python compares them: identity for plain functions) and the block
+    layout. Simulations of one task (a notebook's algorithms, the CLI's) then trace, lower and
+    compile each evaluator once in a process instead of once a ``simulate`` (0.1-0.3 s each
+    on a 2-core CPU, cache hits included). The newest ``_CACHED`` are kept, with the constants
+    their functions close over; functions that cannot be hashed are not cached.
+    """
+    try:
+        hash((loss, metrics))
+    except TypeError:
+        return build.__wrapped__(loss, metrics, *layout)
+    return build(loss, metrics, *layout)
+
+
+_CACHED = 8
+
+
+@functools.lru_cache(maxsize=_CACHED)
+def _example_means(loss: Callable[..., Any], metrics: Callable[..., Any] | None, size: int,
+                   batch_size: int, runs: bool) -> Any:
+    """The jitted evaluation of :func:`make_evaluator` over ``size`` examples
+    (:func:`_shared`)."""
     blocks, rest = divmod(size, batch_size)
 
     def block_sums(params, block):
-        out = {"loss": task.loss(params, block)}
-        if task.metrics is not None:
-            out.update(task.metrics(params, block))
+        out = {"loss": loss(params, block)}
+        if metrics is not None:
+            out.update(metrics(params, block))
         n = len(next(iter(block.values())))
         return jax.tree.map(lambda v: v * n, out)
 
@@ -87,7 +120,7 @@ def make_evaluator(
             sums = jax.tree.map(jnp.add, sums, block_sums(params, tail))
         return jax.tree.map(lambda s: s / size, sums)
 
-    return Evaluator(evaluate, dict(arrays), runs)
+    return _jitted(evaluate, runs)
 
 
 def make_client_evaluator(task: Task, data: Any, batch_size: int = 4096,
@@ -107,16 +140,23 @@ def make_client_evaluator(task: Task, data: Any, batch_size: int = 4096,
     owner = jnp.asarray(np.repeat(np.arange(len(counts)), counts).astype(np.int32))
     arrays = {k: v if isinstance(v, jax.Array) else jnp.asarray(v) for k, v in data.arrays.items()}
     size, num_clients = len(owner), len(counts)
-    batch_size = min(batch_size, size)
+    fn = _shared(_client_means, task.loss, task.metrics, size, min(batch_size, size),
+                 num_clients, runs)
+    return Evaluator(fn, (arrays, owner, jnp.asarray(counts, jnp.float32)))
+
+
+@functools.lru_cache(maxsize=_CACHED)
+def _client_means(loss: Callable[..., Any], metrics: Callable[..., Any] | None, size: int,
+                  batch_size: int, num_clients: int, runs: bool) -> Any:
+    """The jitted evaluation of :func:`make_client_evaluator` (:func:`_shared`)."""
     blocks, rest = divmod(size, batch_size)
-    denominators = jnp.asarray(counts, jnp.float32)
 
     def per_example(params, block):
         def one(example):
             batch = {k: v[None] for k, v in example.items()}
-            out = {"loss": task.loss(params, batch)}
-            if task.metrics is not None:
-                out.update(task.metrics(params, batch))
+            out = {"loss": loss(params, batch)}
+            if metrics is not None:
+                out.update(metrics(params, batch))
             return out
 
         return jax.vmap(one)(block)
@@ -125,8 +165,8 @@ def make_client_evaluator(task: Task, data: Any, batch_size: int = 4096,
         values = per_example(params, block)
         return jax.tree.map(lambda v: jax.ops.segment_sum(v, ids, num_clients), values)
 
-    def evaluate(params, arrays_and_owner):
-        arrays, owner = arrays_and_owner
+    def evaluate(params, arrays_owner_counts):
+        arrays, owner, denominators = arrays_owner_counts
 
         def full_block(i):
             start = i * batch_size
@@ -141,7 +181,7 @@ def make_client_evaluator(task: Task, data: Any, batch_size: int = 4096,
             total = jax.tree.map(jnp.add, total, sums(params, tail, owner[blocks * batch_size:]))
         return jax.tree.map(lambda s: s / denominators, total)
 
-    return Evaluator(evaluate, (arrays, owner), runs)
+    return _jitted(evaluate, runs)
 
 
 class RunEvaluation:

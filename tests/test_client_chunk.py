@@ -138,7 +138,10 @@ def test_chunks_give_every_member_its_own_result_and_hold_no_padded_stack(chunk)
     rows = jnp.arange(3 * k, dtype=jnp.int32).reshape(k, 3)
     scales = jnp.arange(k, dtype=jnp.float32)
 
+    traces = []
+
     def member(row, scale):
+        traces.append(chunk)  # once per trace of the member function
         return {"update": jnp.full((p,), jnp.sum(row), jnp.float32) * scale,
                 "first": row[0], "none": None}
 
@@ -146,6 +149,7 @@ def test_chunks_give_every_member_its_own_result_and_hold_no_padded_stack(chunk)
         return cohort_lib.map_cohort(member, rows, scales, chunk=chunk)
 
     out = jax.jit(mapped)(rows, scales)
+    assert traces == [chunk]  # traced once, also for the chunks' buffer (not again for it)
     sums = np.asarray(rows).sum(axis=1)
     np.testing.assert_array_equal(out["update"], (sums * np.arange(k))[:, None] * np.ones(p))
     np.testing.assert_array_equal(out["first"], np.asarray(rows)[:, 0])

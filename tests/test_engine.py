@@ -1,6 +1,7 @@
 """simulate(): determinism, semantics of rounds, validation, divergence, history."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import point_clients, quadratic_task
@@ -118,3 +119,32 @@ def test_divergence_stops_with_the_history_so_far():
     assert history["round"][0] == 0 and len(history) >= 2
     assert not np.isfinite(history["train_loss"][-1])
     assert np.isfinite(history["train_loss"][:-1]).all()
+
+
+def test_simulations_of_one_task_share_its_evaluation_programs():
+    """The evaluators' programs depend on the task's functions and the data's shapes only, so
+    a second simulate of the same task traces none of them again (each new closure used to be
+    traced, lowered and compiled afresh: 0.1-0.3 s each); another task, another batch size
+    or other data get their own, with their own values."""
+    traced = []
+
+    def loss(params, batch):
+        traced.append(batch["y"].shape)  # runs once per trace, never at run time
+        return jnp.mean((params - batch["y"]) ** 2)
+
+    task = fa.Task(init=lambda key: jnp.zeros(1), loss=loss)
+    fd = fa.FederatedData.from_client_arrays(
+        [{"y": np.full((2, 1), float(i), np.float32)} for i in range(4)])
+    test = {"y": np.arange(6, dtype=np.float32).reshape(6, 1)}
+    for alg in (fa.algorithms.FedAvg(clients_per_round=2, batch_size=1, client_lr=0.1),
+                fa.algorithms.FedLaAvg(clients_per_round=2, batch_size=1, client_lr=0.1)):
+        fa.simulate(task, fd, alg, fa.availability.AlwaysOn(), rounds=2, test_data=test)
+        evaluations = [s for s in traced if s[0] != 1]  # local steps trace batches of B = 1
+        assert sorted(evaluations) == [(6, 1), (8, 1)], evaluations  # train and test, once
+    other = fa.evaluation.make_evaluator(task, test, batch_size=4)
+    assert [s for s in traced if s[0] != 1][2:] == []  # nothing traced until it is called
+    assert float(other(jnp.zeros(1))["loss"]) == pytest.approx(np.mean(test["y"] ** 2))
+    assert sorted([s for s in traced if s[0] != 1][2:]) == [(2, 1), (4, 1)]  # its own blocks
+    same = fa.Task(init=task.init, loss=lambda p, b: 2 * loss(p, b))
+    assert float(fa.evaluation.make_evaluator(same, test)(jnp.zeros(1))["loss"]) == (
+        pytest.approx(2 * np.mean(test["y"] ** 2)))
