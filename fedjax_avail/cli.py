@@ -19,6 +19,7 @@ from fedjax_avail import experiments
 from fedjax_avail._lock import DirectoryBusyError
 from fedjax_avail.checkpoint import KEEP
 from fedjax_avail.compilation_cache import ENV, enable_compilation_cache
+from fedjax_avail.experiments._experiment import DEFAULT_CHECKPOINT_SECONDS
 from fedjax_avail.experiments._settings import optional
 from fedjax_avail.results import Interrupted
 
@@ -163,7 +164,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resume", action="store_true",
                      help="continue an interrupted run from the checkpoints in --out")
     run.add_argument("--checkpoint-every", type=int, default=None, metavar="ROUNDS",
-                     help="rounds between checkpoints (default: 10 evaluations)")
+                     help="rounds between checkpoints (default: 10 evaluations, at least "
+                          "--checkpoint-seconds apart)")
+    run.add_argument("--checkpoint-seconds", type=float, default=None, metavar="S",
+                     help="skip a checkpoint due sooner than S seconds after the last (default "
+                          f"{DEFAULT_CHECKPOINT_SECONDS:g} without --checkpoint-every, else 0); "
+                          "the last round and an interrupted run are always saved")
     run.add_argument("--dry-run", action="store_true",
                      help="check the settings, load the data, estimate memory; train nothing")
     run.add_argument("--devices", type=int, default=None, metavar="D",
@@ -246,6 +252,7 @@ def _run(args) -> int:
         raise UserError("--resume continues from checkpoints; it cannot go with --no-checkpoint")
     options = dict(progress=not args.no_progress, resume=args.resume,
                    checkpoint_every=args.checkpoint_every, mesh=_mesh(args.devices),
+                   checkpoint_seconds=args.checkpoint_seconds,
                    checkpoint=not args.no_checkpoint, keep_checkpoints=args.keep_checkpoints,
                    tensorboard=args.tensorboard)
     try:

@@ -194,3 +194,39 @@ def test_a_write_killed_half_way_is_ignored(uninterrupted, tmp_path):
     shutil.copytree(tmp_path / "40", partial)
     shutil.rmtree(partial / "carry")
     _assert_same(_run(120, checkpoint_dir=tmp_path, checkpoint_every=20), uninterrupted)
+
+
+def test_checkpoint_seconds_skips_saves_due_too_soon_but_never_the_last_or_a_stop(
+        tmp_path, monkeypatch):
+    """A save costs ~70 ms whatever the model, so ``checkpoint_seconds`` skips a save due
+    sooner than that after the run's start or the last save: with the clock at one second a
+    round, saves due every 10 rounds at least 25 s apart fall at rounds 30 and 60 (the last);
+    a stopped run is saved where it stopped. 0 saves every ``checkpoint_every`` rounds."""
+    from fedjax_avail.callbacks import _checkpointing
+
+    clock = [0.0]
+    monkeypatch.setattr(_checkpointing, "time", type("Clock", (), {
+        "perf_counter": staticmethod(lambda: clock[0])}))
+
+    class Tick(fa.callbacks.Callback):  # listed before Checkpointing, which runs last
+        def on_run_start(self, run):
+            clock[0] = 0.0
+
+        def on_chunk_end(self, run, metrics):
+            clock[0] = float(run.done)
+
+    class StopAt20(fa.callbacks.Callback):
+        def on_chunk_end(self, run, metrics):
+            if run.done == 20:
+                run.stop("enough")
+
+    def saved(name, seconds, *callbacks):
+        _run(60, checkpoint_dir=tmp_path / name, checkpoint_every=10, checkpoint_keep=10,
+             checkpoint_seconds=seconds, callbacks=[Tick(), *callbacks])
+        return sorted(int(p.name) for p in (tmp_path / name).iterdir() if p.name.isdigit())
+
+    assert saved("every", 0) == [10, 20, 30, 40, 50, 60]
+    assert saved("floor", 25) == [30, 60]
+    assert saved("stopped", 3600, StopAt20()) == [20]
+    with pytest.raises(ValueError, match="checkpoint_seconds must be .*>= 0.*-1"):
+        _run(10, checkpoint_dir=tmp_path / "bad", checkpoint_seconds=-1)

@@ -18,18 +18,28 @@ from fedjax_avail.history import History
 
 
 class Checkpointing(Callback):
-    """Saves the run into ``directory`` every ``every`` rounds, at the end and when the run is
-    stopped (Ctrl-C, a callback's :meth:`~fedjax_avail.callbacks.Run.stop`), keeping the newest
-    ``keep``; :meth:`restore` continues a run from the newest intact checkpoint.
+    """Saves the run into ``directory`` every ``every`` rounds (skipping a save that would
+    come less than ``seconds`` of wall time after the run's start or its last save), at the
+    end and when the run is stopped (Ctrl-C, a callback's
+    :meth:`~fedjax_avail.callbacks.Run.stop`), keeping the newest ``keep``; :meth:`restore`
+    continues a run from the newest intact checkpoint.
+
+    A save costs about 70 ms whatever the model's size (orbax: 2.7 s of the CLI's 10-13 s
+    default run saved every 10 rounds), so ``seconds`` bounds that cost for runs whose rounds
+    are fast; a run killed outright loses at most ``seconds`` plus ``every`` rounds of work.
 
     Listed last, so it saves what every other callback of the boundary has seen (and a stop
     any of them asked for).
     """
 
     def __init__(self, directory: str | Path, settings: Mapping[str, str], every: int,
-                 keep: int = KEEP):
+                 keep: int = KEEP, seconds: float = 0.0):
         self.checkpointer = RunCheckpointer(directory, settings, keep)
-        self.directory, self.every = self.checkpointer.directory, every
+        self.directory, self.every, self.seconds = self.checkpointer.directory, every, seconds
+        self._last = time.perf_counter()
+
+    def on_run_start(self, run: Run) -> None:
+        self._last = time.perf_counter()
 
     def restore(self, run: Run) -> bool:
         """Puts the newest intact checkpoint of this run into ``run`` (before anything is
@@ -69,11 +79,13 @@ class Checkpointing(Callback):
         return True
 
     def on_chunk_end(self, run: Run, metrics: dict[str, np.ndarray]) -> None:
-        if run.done % self.every and run.done != run.rounds and run.stop_reason is None:
+        if run.done != run.rounds and run.stop_reason is None and (
+                run.done % self.every or time.perf_counter() - self._last < self.seconds):
             return
         rows = [h.rows for h in run.histories] if run.several else run.histories[0].rows
         seconds = run.timing.get("earlier", 0.0) + time.perf_counter() - run.start_time
         self.checkpointer.save(run.done, run.carry, rows, join_chunks(run.chunks), seconds)
+        self._last = time.perf_counter()
 
 
 def _diverged_at(health: int, history: History) -> int | None:
