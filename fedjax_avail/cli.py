@@ -8,6 +8,7 @@ and exits with status 2; Ctrl-C during a run exits 130 after printing the resume
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import sys
@@ -167,7 +168,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="rounds between checkpoints (default: 10 evaluations, at least "
                           "--checkpoint-seconds apart)")
     run.add_argument("--checkpoint-seconds", type=float, default=None, metavar="S",
-                     help="skip a checkpoint due sooner than S seconds after the last (default "
+                     help="skip a checkpoint due sooner than S seconds after the run's start "
+                          "or its last save (default "
                           f"{DEFAULT_CHECKPOINT_SECONDS:g} without --checkpoint-every, else 0); "
                           "the last round and an interrupted run are always saved")
     run.add_argument("--dry-run", action="store_true",
@@ -243,6 +245,9 @@ def _run(args) -> int:
         print(_describe(experiment))
         return 0
     overrides = _overrides(experiment, args.settings, args.config)
+    seconds = args.checkpoint_seconds
+    if seconds is not None and not (math.isfinite(seconds) and seconds >= 0):
+        raise UserError(f"--checkpoint-seconds must be a finite number >= 0, got {seconds}")
     if args.dry_run:
         return _dry_run(experiment, overrides)
     out_dir = args.out or Path("runs") / experiment.name

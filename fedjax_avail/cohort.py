@@ -183,7 +183,8 @@ def _map_here(fn: Callable[..., Any], args: Any, chunk: int | None) -> Any:
     replay, tree = jax_core.jaxpr_as_fun(traced), jax.tree.structure(shapes)
 
     def one_chunk(b, out):
-        start = jnp.minimum(b * chunk, size - chunk)
+        # int32, as traced (under jax_enable_x64 the loop counts in int64)
+        start = jnp.minimum(b * chunk, size - chunk).astype(jnp.int32)
         return jax.tree.map(lambda o, r: jax.lax.dynamic_update_slice_in_dim(o, r, start, 0),
                             out, jax.tree.unflatten(tree, replay(start)))
 

@@ -563,7 +563,7 @@ def simulate(
       checkpoint_seconds: skip a checkpoint due less than this many seconds of wall time
         after the run's start or its last save (default 0: every ``checkpoint_every``
         rounds); the last round and a stopped run are always saved. A save costs about 70 ms
-        whatever the model (orbax), so this bounds checkpointing's share of a run of fast
+        however small the model (orbax), so this bounds checkpointing's share of a run of fast
         rounds; a run killed outright loses at most this many seconds plus
         ``checkpoint_every`` rounds.
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -63,7 +63,7 @@ def make_evaluator(
     """
     arrays = {k: v if isinstance(v, jax.Array) else jnp.asarray(v) for k, v in arrays.items()}
     size = len(next(iter(arrays.values())))
-    fn = _shared(_example_means, task.loss, task.metrics, size, min(batch_size, size), runs)
+    fn = _shared(task, _example_means, size, min(batch_size, size), runs)
     return Evaluator(fn, dict(arrays))
 
 
@@ -72,27 +72,31 @@ def _jitted(fn: Callable[..., Any], runs: bool) -> Any:
     return jax.jit(cohort_lib.map_runs(fn, in_axes=(0, None)) if runs else fn)
 
 
-def _shared(build: Any, loss: Callable[..., Any], metrics: Any, *layout: Any) -> Any:
-    """``build(loss, metrics, *layout)``, the same jitted function for the same arguments.
+# task -> {(builder, layout): jitted function}; an entry lives as long as its task
+_PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-    Cached on everything an evaluation's program depends on besides its arguments' shapes: the
-    task's functions (as Python compares them: identity for plain functions) and the block
-    layout. Simulations of one task (a notebook's algorithms, the CLI's) then trace, lower and
-    compile each evaluator once in a process instead of once a ``simulate`` (0.1-0.3 s each
-    on a 2-core CPU, cache hits included). The newest ``_CACHED`` are kept, with the constants
-    their functions close over; functions that cannot be hashed are not cached.
+
+def _shared(task: Task, build: Callable[..., Any], *layout: Any) -> Any:
+    """``build(task.loss, task.metrics, *layout)``, one jitted function per task and layout.
+
+    Its programs depend on the task's functions and the block layout besides the arguments'
+    shapes, so simulations of one task (a notebook's algorithms, the CLI's) trace, lower and
+    compile each evaluator once instead of once a ``simulate`` (0.1-0.3 s each on a 2-core
+    CPU, persistent-cache hits included), as ``jax.jit`` reuses a function's traces. Like
+    them, this relies on the task's functions being pure (:class:`fedjax_avail.Task`). Tasks
+    are matched as dataclasses compare (the same functions); the entry goes with its task.
+    A task that cannot be hashed or weakly referenced gets a new function every time.
     """
     try:
-        hash((loss, metrics))
+        programs = _PROGRAMS.setdefault(task, {})
     except TypeError:
-        return build.__wrapped__(loss, metrics, *layout)
-    return build(loss, metrics, *layout)
+        return build(task.loss, task.metrics, *layout)
+    key = (build.__name__, *layout)
+    if key not in programs:
+        programs[key] = build(task.loss, task.metrics, *layout)
+    return programs[key]
 
 
-_CACHED = 8
-
-
-@functools.lru_cache(maxsize=_CACHED)
 def _example_means(loss: Callable[..., Any], metrics: Callable[..., Any] | None, size: int,
                    batch_size: int, runs: bool) -> Any:
     """The jitted evaluation of :func:`make_evaluator` over ``size`` examples
@@ -140,12 +144,10 @@ def make_client_evaluator(task: Task, data: Any, batch_size: int = 4096,
     owner = jnp.asarray(np.repeat(np.arange(len(counts)), counts).astype(np.int32))
     arrays = {k: v if isinstance(v, jax.Array) else jnp.asarray(v) for k, v in data.arrays.items()}
     size, num_clients = len(owner), len(counts)
-    fn = _shared(_client_means, task.loss, task.metrics, size, min(batch_size, size),
-                 num_clients, runs)
+    fn = _shared(task, _client_means, size, min(batch_size, size), num_clients, runs)
     return Evaluator(fn, (arrays, owner, jnp.asarray(counts, jnp.float32)))
 
 
-@functools.lru_cache(maxsize=_CACHED)
 def _client_means(loss: Callable[..., Any], metrics: Callable[..., Any] | None, size: int,
                   batch_size: int, num_clients: int, runs: bool) -> Any:
     """The jitted evaluation of :func:`make_client_evaluator` (:func:`_shared`)."""

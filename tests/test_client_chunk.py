@@ -219,3 +219,15 @@ def test_auto_trains_in_its_chunks_and_matches_one_vmap_up_to_float_reordering(m
     assert auto.memory["estimated"] < whole.memory["estimated"]
     loss = auto.history["train_loss"]
     assert loss[-1] < loss[0]  # the rounds trained (the comparison is not of idle models)
+
+
+def test_chunks_run_with_64_bit_integers():
+    # under jax_enable_x64 the chunk loop counts in int64; the member function was traced
+    # with an int32 start
+    jax.config.update("jax_enable_x64", True)
+    try:
+        rows = jnp.arange(14.0).reshape(7, 2)
+        out = jax.jit(lambda r: cohort_lib.map_cohort(lambda x: x.sum() * 2, r, chunk=3))(rows)
+        np.testing.assert_array_equal(out, np.arange(14.0).reshape(7, 2).sum(1) * 2)
+    finally:
+        jax.config.update("jax_enable_x64", False)

@@ -1,5 +1,9 @@
 """simulate(): determinism, semantics of rounds, validation, divergence, history."""
 
+import dataclasses
+import gc
+import weakref
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -148,3 +152,21 @@ def test_simulations_of_one_task_share_its_evaluation_programs():
     same = fa.Task(init=task.init, loss=lambda p, b: 2 * loss(p, b))
     assert float(fa.evaluation.make_evaluator(same, test)(jnp.zeros(1))["loss"]) == (
         pytest.approx(2 * np.mean(test["y"] ** 2)))
+
+
+def test_a_tasks_shared_evaluation_programs_go_with_the_task():
+    def loss(params, batch):
+        return jnp.mean((params - batch["y"]) ** 2)
+
+    task = fa.Task(init=lambda key: jnp.zeros(1), loss=loss)
+    arrays = {"y": np.ones((6, 1), np.float32)}
+    first = fa.evaluation.make_evaluator(task, arrays)
+    assert fa.evaluation.make_evaluator(task, arrays)._fn is first._fn
+    # an equal task (the same functions) shares them; another batch size gets its own
+    assert fa.evaluation.make_evaluator(dataclasses.replace(task), arrays)._fn is first._fn
+    assert fa.evaluation.make_evaluator(task, arrays, batch_size=4)._fn is not first._fn
+    assert len(fa.evaluation._PROGRAMS[task]) == 2
+    held, alive = len(fa.evaluation._PROGRAMS), weakref.ref(task)
+    del task, first
+    gc.collect()
+    assert alive() is None and len(fa.evaluation._PROGRAMS) <= held - 1  # not kept alive

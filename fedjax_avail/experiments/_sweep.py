@@ -90,7 +90,8 @@ def run_sweep(
 ) -> dict[str, RunOutcome]:
     """Runs every panel; writes ``<label>/`` per panel, plus a combined ``summary.json`` and
     ``grid.png`` (training loss and test accuracy of every panel). ``run_options``
-    (``checkpoint``, ``keep_checkpoints``, ``tensorboard``) go to each panel's :func:`run`.
+    (``checkpoint``, ``keep_checkpoints``, ``checkpoint_seconds``, ``tensorboard``) go to each
+    panel's :func:`run`.
 
     Raises:
       ValueError: an override of a setting that the panels set themselves (e.g. ``E`` in the

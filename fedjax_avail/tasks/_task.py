@@ -31,6 +31,11 @@ class Task:
         ``ValueError`` naming ``name`` for data the loss would silently misread (labels out of
         range, wrong shapes). The built-in tasks set it.
 
+    The functions must be pure, as JAX's transformations require: whatever they read besides
+    their arguments (a global, an attribute) is read when they are traced, and a task's
+    evaluation programs are traced once per process, shared by every ``simulate`` of it (as
+    ``jax.jit`` shares a function's traces). To change such a value, make a new ``Task``.
+
     Example:
       >>> task = Task(init=lambda key: jnp.zeros(()),
       ...             loss=lambda w, b: jnp.mean((w - b["y"]) ** 2))
