@@ -56,6 +56,10 @@ def test_bad_settings_are_clear_errors(capsys, tmp_path):
     assert cli.main(["run", "fedlaavg-mnist", "--set", "data_dir=/nonexistent",
                      "--out", str(tmp_path)]) == 2
     assert "FEDJAX_AVAIL_MNIST_DIR" in capsys.readouterr().err
+    for seconds in ("-1", "nan", "inf"):  # refused before a dry run says it passes
+        assert cli.main(["run", "--checkpoint-seconds", seconds, "--dry-run"]) == 2
+        err = capsys.readouterr().err
+        assert f"--checkpoint-seconds must be a finite number >= 0, got {float(seconds)}" in err
     with pytest.raises(SystemExit):
         cli.main(["frobnicate"])
 
