@@ -14,7 +14,8 @@ holds together after training, however the cohort is chunked (``algorithm.cohort
 them: FedAvg's deltas alone; an asynchronous update's results and their start models, 2;
 FedLaAvg's and MIFA's deltas and table rows, 4); the **cohort working set**: what training
 holds beyond those buffers (XLA reuses them): the stack of all K deltas and, for each client
-trained at once (``client_chunk`` of them when set), three P-sized vectors (local model, its
+trained at once (``client_chunk`` of them when set, on each of a ``"cohort"`` mesh axis's D
+devices, the cohort padded to D shares), three P-sized vectors (local model, its
 start, gradient), one batch of B examples as float32 and the model's activations for that batch
 (:func:`_layer_outputs`), and an asynchronous update's ``[K, P]`` start models; and,
 when the selection strategy reads clients' full-batch losses or gradients
@@ -137,7 +138,9 @@ def estimate_memory(
         run's state (``lax.map``'s stacked output), ``"loop"``
         :func:`fedjax_avail.cohort.loop_workers` at once (their working sets, and one more
         copy of each one's state: the slices being trained).
-      mesh: ``simulate``'s device mesh (it decides ``"auto"``'s chunk: :func:`client_chunks`).
+      mesh: ``simulate``'s device mesh: its ``"cohort"`` axis's D devices each train their
+        share of the cohort (it decides ``"auto"``'s chunk: :func:`client_chunks`). The terms
+        are totals over the devices (a CPU's devices share its memory).
       loop_workers: the runs a ``"loop"`` layout trains at once (default
         :func:`fedjax_avail.cohort.loop_workers`; ``simulate`` lowers it until the run fits).
 
@@ -262,7 +265,7 @@ def client_chunks(
     :func:`fedjax_avail.cohort.map_cohort`). Under a mesh with a ``"cohort"`` axis of D
     devices, each device trains its ceil(K / D) members in its own chunks, so the rule applies
     to that share (K = 1000 over 2 CPU devices: 9 chunks of 56 on each; FedAvg of an MLP,
-    K = 40 over 2 devices, in chunks of 4 took 0.42x one ``vmap``'s round:
+    K = 40 over 2 devices, in "auto"'s chunks of 2 took 0.32x one ``vmap``'s round:
     ``benchmarks/cohort_mesh_chunks.py``). XLA:CPU runs a ``vmap`` of many
     small products far slower per member once their working sets leave the cache (MNIST
     logistic regression: K = 1000 took 36x K = 100 in one ``vmap``, 10x in these chunks;
@@ -457,7 +460,7 @@ def check_fits(estimate: MemoryEstimate, available: int | None) -> None:
                       "cohort's updates are K x P)")
     if estimate.terms["cohort_working_set"] > available / 4:
         advice.append("client_chunk=... to train the cohort in sequential chunks (one that "
-                      "divides K trains no member twice)")
+                      "divides K, or each device's share of K, trains no member twice)")
     elif estimate.terms.get("full_batch_working_set", 0) > available / 4:
         advice.append("client_chunk=... to hold fewer clients' full batches at once")
     if estimate.terms["data"] > available / 4:

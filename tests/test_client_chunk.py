@@ -67,6 +67,10 @@ def test_auto_counts_batched_runs_and_leaves_accelerators_one_vmap():
     assert memory.client_chunks("auto", task, fd, alg, backend="gpu") == (None, None)
     assert memory.client_chunks("auto", task, fd, alg, backend="gpu", runs_at_once=8) == (
         None, None)
+    # the platform read from a concrete mesh's devices (this process's: a CPU)
+    one = fa.cohort.cohort_mesh(1)
+    expected = (50, 50) if jax.default_backend() == "cpu" else (None, None)
+    assert memory.client_chunks("auto", task, fd, alg, mesh=one) == expected
 
 
 @pytest.mark.parametrize(("k", "devices", "chunk"), [
@@ -111,8 +115,6 @@ def test_the_estimate_counts_the_members_trained_at_once_and_every_members_updat
     for chunk, members in ((None, 1000), (10, 10), ("auto", 59)):
         assert terms[chunk]["cohort_updates"] == 1000 * 7850 * 4, chunk
         assert terms[chunk]["cohort_working_set"] == members * training, chunk
-    # an asynchronous update's start models are held while its members train, beside their
-    # results: two [K, P] arrays, and the members in flight above them
     # under a "cohort" mesh of D devices: the cohort padded to D shares, each device its chunk
     two = jax.sharding.AbstractMesh((2,), ("cohort",))
     for k, chunk, members in ((1000, "auto", 2 * 56), (1000, 7, 2 * 7), (7, None, 8)):
@@ -121,6 +123,8 @@ def test_the_estimate_counts_the_members_trained_at_once_and_every_members_updat
         assert terms["cohort_updates"] == k * 7850 * 4, (k, chunk)
         assert terms["cohort_working_set"] == (padded - k) * 7850 * 4 + members * training, (
             k, chunk)
+    # an asynchronous update's start models are held while its members train, beside their
+    # results: two [K, P] arrays, and the members in flight above them
     fedbuff = fa.algorithms.FedBuff(buffer_size=1000, concurrency=1000, history=4,
                                     local_steps=2, batch_size=5, client_lr=0.01)
     terms = fa.estimate_memory(task, fd, fedbuff, client_chunk=10).terms
