@@ -8,7 +8,6 @@ and exits with status 2; Ctrl-C during a run exits 130 after printing the resume
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import shlex
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fedjax_avail import experiments
+from fedjax_avail._checks import NonNegative, check_value
 from fedjax_avail._lock import DirectoryBusyError
 from fedjax_avail.checkpoint import KEEP
 from fedjax_avail.compilation_cache import ENV, enable_compilation_cache
@@ -245,9 +245,8 @@ def _run(args) -> int:
         print(_describe(experiment))
         return 0
     overrides = _overrides(experiment, args.settings, args.config)
-    seconds = args.checkpoint_seconds
-    if seconds is not None and not (math.isfinite(seconds) and seconds >= 0):
-        raise UserError(f"--checkpoint-seconds must be a finite number >= 0, got {seconds}")
+    if args.checkpoint_seconds is not None:  # named as the flag, before a dry run
+        check_value("--checkpoint-seconds", args.checkpoint_seconds, NonNegative)
     if args.dry_run:
         return _dry_run(experiment, overrides)
     out_dir = args.out or Path("runs") / experiment.name

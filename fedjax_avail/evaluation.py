@@ -29,7 +29,7 @@ class Evaluator:
     data is held once. ``compile(params)`` compiles ahead of time (so compile time can be
     reported apart); calling compiles on first use otherwise. ``fn`` is a ``jax.jit`` of
     ``(params, arrays) -> values``: evaluators built from one jitted function (one task, the
-    same shapes: :func:`_jitted`) share its traced, lowered and compiled program.
+    same layout: :func:`_shared`) share its traced, lowered and compiled program.
     """
 
     def __init__(self, fn: Any, arrays: Any):
