@@ -104,6 +104,23 @@ def test_digits_are_uint8_and_split(digits):
     assert train["x"].max() == 255
 
 
+def test_digits_are_scikit_learns_read_with_or_without_importing_it(monkeypatch):
+    """The loader reads scikit-learn's file itself (no 1-2 s import); where the file is not
+    where it looks, it asks scikit-learn. Both give scikit-learn's own arrays."""
+    from sklearn.datasets import load_digits as sk_load_digits
+
+    from fedjax_avail.data import _datasets
+
+    digits = sk_load_digits()
+    images, labels = _datasets._sklearn_digits()
+    np.testing.assert_array_equal(images, digits.images)
+    np.testing.assert_array_equal(labels, digits.target)
+    monkeypatch.setattr(_datasets.importlib.util, "find_spec", lambda name: None)
+    images, labels = _datasets._sklearn_digits()
+    np.testing.assert_array_equal(images, digits.images)
+    np.testing.assert_array_equal(labels, digits.target)
+
+
 def test_one_label_per_client_matches_fedlaavg_section_6(mnist):
     train, _ = mnist
     fd = fa.data.one_label_per_client(train["x"], train["y"], 1000, seed=0)

@@ -7,6 +7,7 @@ labels [M]}``. Images stay uint8; tasks normalise them inside the loss.
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import os
 from pathlib import Path
 
@@ -108,12 +109,31 @@ def load_digits(test_fraction: float = 0.2, seed: int = 0) -> tuple[Split, Split
     """
     if not 0 < test_fraction < 1:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
-    from sklearn.datasets import load_digits as sk_load_digits
-
-    digits = sk_load_digits()
-    x = np.rint(digits.images * (255 / 16)).astype(np.uint8)
-    y = digits.target.astype(np.int32)
+    images, labels = _sklearn_digits()
+    x = np.rint(images * (255 / 16)).astype(np.uint8)
+    y = labels.astype(np.int32)
     perm = np.random.default_rng(seed).permutation(len(y))
     n_test = int(round(test_fraction * len(y)))
     test, train = perm[:n_test], perm[n_test:]
     return {"x": x[train], "y": y[train]}, {"x": x[test], "y": y[test]}
+
+
+def _sklearn_digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits: float pixels 0..16 ``[1797, 8, 8]`` and labels ``[1797]``.
+
+    Read from the file scikit-learn ships (``sklearn/datasets/data/digits.csv.gz``) as its own
+    ``load_digits`` reads it, without importing scikit-learn: that import (SciPy with it) costs
+    1-2 s, as much as a short run. Where that file is not found (another layout),
+    ``sklearn.datasets.load_digits`` itself.
+    """
+    spec = importlib.util.find_spec("sklearn")
+    roots = (spec.submodule_search_locations or []) if spec is not None else []
+    files = [Path(root) / "datasets" / "data" / "digits.csv.gz" for root in roots]
+    if not files or not files[0].is_file():
+        from sklearn.datasets import load_digits as sk_load_digits
+
+        digits = sk_load_digits()
+        return digits.images, digits.target
+    with gzip.open(files[0], "rt") as f:
+        data = np.loadtxt(f, delimiter=",")
+    return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
