@@ -104,6 +104,35 @@ def test_metrics_csv_is_current_at_every_evaluation_while_the_run_goes_on(tmp_pa
     assert len(result) == 2
 
 
+
+def test_metrics_csv_written_a_row_at_a_time_is_the_whole_historys_csv(tmp_path):
+    """The logger formats each new row once; the file must still be what formatting every row
+    gives, also when a later row brings a column and when a history restarts shorter."""
+    path = tmp_path / "m.csv"
+    preceding = [{"algorithm": "fedavg", "round": 0, "train_loss": 2.5}]
+    logger = fa.callbacks.CSVLogger(path, {"algorithm": "mifa"}, preceding)
+    run = fa.callbacks.Run(rounds=9, seeds=[0, 1], several=True, eval_every=3, desc=None,
+                           carry=None, histories=[fa.History(), fa.History()])
+
+    def expected():
+        rows = list(preceding)
+        for seed, history in zip((0, 1), run.histories, strict=True):
+            rows += [{"algorithm": "mifa", "seed": seed, **row} for row in history]
+        return fa.History(rows).to_csv()
+
+    for done in (0, 3, 6, 9):
+        for i, history in enumerate(run.histories):
+            row = {"round": done, "train_loss": 1.0 / (done + 1) + i}
+            if done >= 6 and i == 0:
+                row["test_loss"] = 0.125 * done  # a column from the third write on
+            history.append(row)
+        logger.on_evaluation(run, [])
+        assert path.read_text() == expected(), done
+    assert path.read_text().splitlines()[0] == "algorithm,round,train_loss,seed,test_loss"
+    run.histories = [fa.History(h.rows[:2]) for h in run.histories]  # a shorter restart
+    logger.on_evaluation(run, [])
+    assert path.read_text() == expected()
+
 def _scalars(directory):
     """(tag, step, value) of every scalar in a directory's TensorBoard event files: TFRecord
     framing (length, its CRC, the Event proto, its CRC) read by hand."""

@@ -4,6 +4,8 @@ an output never stops the run or costs it its checkpoint."""
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import time
 import warnings
@@ -11,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedjax_avail._io import atomic_write_text
 from fedjax_avail.callbacks._callback import Callback, Run
-from fedjax_avail.history import History
 
 
 def run_names(run: Run) -> list[dict[str, Any]]:
@@ -51,12 +53,16 @@ class CSVLogger(_Output):
       preceding: rows written before this run's (e.g. other algorithms' rows of one file).
 
     With several runs each row also has a ``seed`` column (and ``run``, when runs share a
-    seed).
+    seed). Each row is formatted once, when it is new (the whole file again only when a row
+    brings a new column), so writing at every evaluation stays cheap however long the run.
     """
 
     def __init__(self, path: str | os.PathLike, fields: Mapping[str, Any] | None = None,
                  preceding: Sequence[Mapping[str, Any]] = ()):
         self.path, self.fields, self.preceding = Path(path), dict(fields or {}), list(preceding)
+        self._columns: dict[str, None] = {}  # the header: every column seen, in order
+        self._rows: list[list[dict[str, Any]]] = []  # per block (preceding, each run): rows
+        self._text: list[list[str]] = []  # per block: its rows' CSV text, in pieces
 
     def on_run_start(self, run: Run) -> None:
         if run.done:  # resumed: the restored rows are current at once
@@ -67,15 +73,45 @@ class CSVLogger(_Output):
 
     def write(self, run: Run) -> None:
         """Writes the rows recorded so far."""
-        rows = list(self.preceding)
-        for name, history in zip(run_names(run), run.histories, strict=True):
-            rows += [{**self.fields, **name, **row} for row in history]
+        blocks = [(self.preceding, {})] + [
+            (history.rows, {**self.fields, **name})
+            for name, history in zip(run_names(run), run.histories, strict=True)]
+        if len(self._rows) != len(blocks) or any(
+                len(rows) < len(kept) for (rows, _), kept in zip(blocks, self._rows, strict=True)):
+            self._columns = {}
+            self._rows, self._text = [[] for _ in blocks], [[] for _ in blocks]
+        new = [[{**prefix, **row} for row in rows[len(kept):]]
+               for (rows, prefix), kept in zip(blocks, self._rows, strict=True)]
+        width = len(self._columns)
+        for kept, rows in zip(self._rows, new, strict=True):
+            kept += rows
+            for row in rows:
+                self._columns.update(dict.fromkeys(row))
+        columns = list(self._columns)
+        if len(columns) != width:  # a new column: every row formatted again under it
+            self._text = [[_csv_text(columns, kept)] for kept in self._rows]
+        else:
+            for text, rows in zip(self._text, new, strict=True):
+                text.append(_csv_text(columns, rows))
+        text = _csv_text(columns, [], header=True) + "".join(
+            piece for pieces in self._text for piece in pieces)
 
-        def write_rows():
+        def write_text():
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            History(rows).to_csv(self.path)
+            atomic_write_text(self.path, text)
 
-        self._attempt(self.path, write_rows)
+        self._attempt(self.path, write_text)
+
+
+def _csv_text(columns: list[str], rows: list[dict[str, Any]], header: bool = False) -> str:
+    """``rows`` as CSV lines under ``columns`` (missing values empty), as
+    :meth:`History.to_csv` writes them; with ``header``, the header line first."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+    if header:
+        writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
 
 
 class TensorBoard(_Output):
