@@ -33,18 +33,11 @@ def plot_histories(
     Returns:
       the matplotlib ``Figure``.
     """
-    import matplotlib
-
-    if path is not None:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     histories = {name: h for name, h in histories.items() if x in h.columns}
     columns = ["train_loss"]
     if any("test_accuracy" in h.columns for h in histories.values()):
         columns.append("test_accuracy")
-    fig, axes = plt.subplots(1, len(columns), figsize=(11 if len(columns) == 2 else 6, 4),
-                             squeeze=False)
+    fig, axes = new_figure(path, 1, len(columns), figsize=(11 if len(columns) == 2 else 6, 4))
     axes = list(axes[0])
     for name, history in histories.items():
         runs = [h for h in (spread or {}).get(name, ()) if x in h.columns]
@@ -89,14 +82,32 @@ def run_title(name: str, algorithms: Iterable[str], seeds: int) -> str:
     return f"{name}: {', '.join(algorithms)}; {seeds} seed{'s' if seeds != 1 else ''}"
 
 
-def save_png(fig, path: str | Path, dpi: int = 120) -> None:
-    """Writes a figure as PNG atomically and closes it."""
-    import matplotlib.pyplot as plt
+def new_figure(path: str | Path | None, rows: int, columns: int, figsize: tuple[float, float]):
+    """A figure and its ``[rows, columns]`` array of axes.
 
+    With no ``path`` (a notebook), pyplot's, which the notebook shows. With a ``path`` (a file
+    to write), a standalone ``matplotlib.figure.Figure``: neither pyplot's list of figures nor
+    the user's backend is touched (a notebook keeps drawing inline after a run wrote its PNGs).
+    """
+    if path is None:
+        import matplotlib.pyplot as plt
+
+        return plt.subplots(rows, columns, figsize=figsize, squeeze=False)
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(rows, columns, squeeze=False)
+
+
+def save_png(fig, path: str | Path, dpi: int = 120) -> None:
+    """Writes a figure as PNG atomically; closes it if pyplot holds it."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=dpi)
     atomic_write_bytes(path, buffer.getvalue())
-    plt.close(fig)
+    if fig.canvas.manager is not None:  # one of pyplot's figures
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
 
 
 def plot_grid(
@@ -109,12 +120,7 @@ def plot_grid(
       path: where to write the PNG (atomically).
       title: the figure's title.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, len(panels), figsize=(3.6 * len(panels), 6.4), squeeze=False)
+    fig, axes = new_figure(path, 2, len(panels), figsize=(3.6 * len(panels), 6.4))
     for column, (label, histories) in enumerate(panels.items()):
         top, bottom = axes[0, column], axes[1, column]
         for name, history in histories.items():

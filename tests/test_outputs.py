@@ -43,6 +43,32 @@ def test_result_figures_are_titled_from_the_run_and_get_the_seeds(tmp_path, monk
         assert kwargs["spread"] is per_seed
 
 
+
+def test_writing_figures_leaves_pyplot_and_its_backend_alone(tmp_path):
+    """A notebook that ran an experiment with ``out`` keeps its inline backend and figures:
+    the PNG writers neither switch matplotlib's backend nor leave figures in pyplot."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    from fedjax_avail.availability import Markov, plot_availability
+    from fedjax_avail.plotting import plot_grid
+
+    before = matplotlib.get_backend()
+    matplotlib.use("svg")  # what a notebook's own backend stands for here: not Agg
+    try:
+        mine = plt.figure()
+        means = {name: _experiment.mean_history(runs) for name, runs in _per_seed().items()}
+        plot_histories(means, tmp_path / "h.png", spread=_per_seed())
+        plot_grid({"a": means, "b": means}, tmp_path / "g.png")
+        plot_availability(Markov(0.1, 0.2), 10, 20, path=tmp_path / "m.png")
+        assert matplotlib.get_backend() == "svg" and plt.get_fignums() == [mine.number]
+        for name in ("h", "g", "m"):
+            assert (tmp_path / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert plot_histories(means).canvas.manager is not None  # no path: pyplot's, to show
+    finally:
+        plt.close("all")
+        matplotlib.use(before)
+
 def test_multi_seed_curves_get_a_min_max_band():
     per_seed = _per_seed()
     means = {name: _experiment.mean_history(runs) for name, runs in per_seed.items()}

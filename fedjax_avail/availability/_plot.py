@@ -11,7 +11,7 @@ from fedjax_avail.availability._combine import Combined
 from fedjax_avail.availability._gaps import longest_gap
 from fedjax_avail.availability._process import AvailabilityProcess
 from fedjax_avail.availability._sample import sample
-from fedjax_avail.plotting import save_png
+from fedjax_avail.plotting import new_figure, save_png
 
 
 def _name(process) -> str:
@@ -55,8 +55,8 @@ def plot_availability(
       num_clients: N (one image row per client: keep N to a few thousand for a legible plot).
       steps: the horizon, >= 1.
       seed: the run's seed, as in :func:`sample`.
-      path: where to write a PNG (atomically; matplotlib's Agg backend is selected); None only
-        returns the figure.
+      path: where to write a PNG (atomically; pyplot and its backend are left alone); None
+        only returns the figure.
       sort_by: client order from the bottom row up: None (client index), ``"share"`` (most
         available first) or ``[N]`` keys sorted ascending, stably (labels, start hours, ...).
 
@@ -71,13 +71,8 @@ def plot_availability(
     """
     masks = sample(process, num_clients, steps, seed)
     order = _client_order(sort_by, masks)
-    import matplotlib
-
-    if path is not None:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, axes = new_figure(path, 1, 1, figsize=(8, 4.5))
+    ax = axes[0, 0]
     ax.imshow(masks[:, order].T, aspect="auto", interpolation="nearest", cmap="Greys",
               vmin=0, vmax=1, origin="lower")
     ax.set(xlabel="step (round)", ylabel="client" + ("" if sort_by is None else " (sorted)"))
