@@ -104,10 +104,10 @@ def test_metrics_csv_is_current_at_every_evaluation_while_the_run_goes_on(tmp_pa
     assert len(result) == 2
 
 
-
 def test_metrics_csv_written_a_row_at_a_time_is_the_whole_historys_csv(tmp_path):
     """The logger formats each new row once; the file must still be what formatting every row
-    gives, also when a later row brings a column and when a history restarts shorter."""
+    gives: when later rows bring columns (a later run's first), when histories are replaced
+    (shorter, as long with other values, more of them) and when the logger serves a new call."""
     path = tmp_path / "m.csv"
     preceding = [{"algorithm": "fedavg", "round": 0, "train_loss": 2.5}]
     logger = fa.callbacks.CSVLogger(path, {"algorithm": "mifa"}, preceding)
@@ -116,22 +116,35 @@ def test_metrics_csv_written_a_row_at_a_time_is_the_whole_historys_csv(tmp_path)
 
     def expected():
         rows = list(preceding)
-        for seed, history in zip((0, 1), run.histories, strict=True):
+        for seed, history in zip(run.seeds, run.histories, strict=True):
             rows += [{"algorithm": "mifa", "seed": seed, **row} for row in history]
         return fa.History(rows).to_csv()
+
+    def check(note):
+        logger.on_evaluation(run, [])
+        assert path.read_text() == expected(), note
 
     for done in (0, 3, 6, 9):
         for i, history in enumerate(run.histories):
             row = {"round": done, "train_loss": 1.0 / (done + 1) + i}
+            if done >= 3 and i == 1:
+                row["b"] = 0.5  # a column of the second run's first ...
             if done >= 6 and i == 0:
-                row["test_loss"] = 0.125 * done  # a column from the third write on
+                row["a"] = 0.125 * done  # ... then one of the first run's: a goes before b
             history.append(row)
-        logger.on_evaluation(run, [])
-        assert path.read_text() == expected(), done
-    assert path.read_text().splitlines()[0] == "algorithm,round,train_loss,seed,test_loss"
-    run.histories = [fa.History(h.rows[:2]) for h in run.histories]  # a shorter restart
-    logger.on_evaluation(run, [])
-    assert path.read_text() == expected()
+        check(done)
+    assert path.read_text().splitlines()[0] == "algorithm,round,train_loss,seed,a,b"
+    run.histories = [fa.History(h.rows[:2]) for h in run.histories]
+    check("shorter")
+    run.histories = [fa.History([{**row, "train_loss": 7.0} for row in h]) for h in
+                     run.histories]
+    check("as long, other values")
+    run.seeds, run.histories = [0, 1, 2], [*run.histories, fa.History([{"round": 0}])]
+    check("one run more")
+    logger.on_run_start(run)  # the logger in a new call: a fresh history as long as before
+    run.histories[0].rows[:] = [{"round": 0, "train_loss": 3.0}, {"round": 3}]
+    check("a new call")
+
 
 def _scalars(directory):
     """(tag, step, value) of every scalar in a directory's TensorBoard event files: TFRecord

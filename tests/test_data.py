@@ -112,13 +112,13 @@ def test_digits_are_scikit_learns_read_with_or_without_importing_it(monkeypatch)
     from fedjax_avail.data import _datasets
 
     digits = sk_load_digits()
-    images, labels = _datasets._sklearn_digits()
-    np.testing.assert_array_equal(images, digits.images)
-    np.testing.assert_array_equal(labels, digits.target)
-    monkeypatch.setattr(_datasets.importlib.util, "find_spec", lambda name: None)
-    images, labels = _datasets._sklearn_digits()
-    np.testing.assert_array_equal(images, digits.images)
-    np.testing.assert_array_equal(labels, digits.target)
+    for found in (True, False):
+        if not found:
+            monkeypatch.setattr(_datasets.importlib.util, "find_spec", lambda name: None)
+        images, labels = _datasets._sklearn_digits()
+        np.testing.assert_array_equal(images, digits.images)
+        np.testing.assert_array_equal(labels, digits.target)
+        assert (images.dtype, labels.dtype) == (digits.images.dtype, digits.target.dtype)
 
 
 def test_one_label_per_client_matches_fedlaavg_section_6(mnist):

@@ -43,7 +43,6 @@ def test_result_figures_are_titled_from_the_run_and_get_the_seeds(tmp_path, monk
         assert kwargs["spread"] is per_seed
 
 
-
 def test_writing_figures_leaves_pyplot_and_its_backend_alone(tmp_path):
     """A notebook that ran an experiment with ``out`` keeps its inline backend and figures:
     the PNG writers neither switch matplotlib's backend nor leave figures in pyplot."""

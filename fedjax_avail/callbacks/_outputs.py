@@ -5,6 +5,7 @@ an output never stops the run or costs it its checkpoint."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import os
 import time
@@ -53,18 +54,19 @@ class CSVLogger(_Output):
       preceding: rows written before this run's (e.g. other algorithms' rows of one file).
 
     With several runs each row also has a ``seed`` column (and ``run``, when runs share a
-    seed). Each row is formatted once, when it is new (the whole file again only when a row
-    brings a new column), so writing at every evaluation stays cheap however long the run.
+    seed). Each row is formatted once, when it is new (every row again when the header
+    changes), so writing at every evaluation stays cheap however long the run; rows, like
+    everything a callback sees, must not be changed once recorded.
     """
 
     def __init__(self, path: str | os.PathLike, fields: Mapping[str, Any] | None = None,
                  preceding: Sequence[Mapping[str, Any]] = ()):
         self.path, self.fields, self.preceding = Path(path), dict(fields or {}), list(preceding)
-        self._columns: dict[str, None] = {}  # the header: every column seen, in order
-        self._rows: list[list[dict[str, Any]]] = []  # per block (preceding, each run): rows
-        self._text: list[list[str]] = []  # per block: its rows' CSV text, in pieces
+        self._blocks: list[_Block] = []  # the file's rows: preceding, then each run's
+        self._header: list[str] = []
 
     def on_run_start(self, run: Run) -> None:
+        self._blocks = []  # a logger may serve several calls: nothing of this one written yet
         if run.done:  # resumed: the restored rows are current at once
             self.write(run)
 
@@ -73,34 +75,48 @@ class CSVLogger(_Output):
 
     def write(self, run: Run) -> None:
         """Writes the rows recorded so far."""
-        blocks = [(self.preceding, {})] + [
-            (history.rows, {**self.fields, **name})
-            for name, history in zip(run_names(run), run.histories, strict=True)]
-        if len(self._rows) != len(blocks) or any(
-                len(rows) < len(kept) for (rows, _), kept in zip(blocks, self._rows, strict=True)):
-            self._columns = {}
-            self._rows, self._text = [[] for _ in blocks], [[] for _ in blocks]
-        new = [[{**prefix, **row} for row in rows[len(kept):]]
-               for (rows, prefix), kept in zip(blocks, self._rows, strict=True)]
-        width = len(self._columns)
-        for kept, rows in zip(self._rows, new, strict=True):
-            kept += rows
-            for row in rows:
-                self._columns.update(dict.fromkeys(row))
-        columns = list(self._columns)
-        if len(columns) != width:  # a new column: every row formatted again under it
-            self._text = [[_csv_text(columns, kept)] for kept in self._rows]
+        sources = [self.preceding, *(history.rows for history in run.histories)]
+        prefixes = [{}, *({**self.fields, **name} for name in run_names(run))]
+        if len(self._blocks) != len(sources) or any(
+                block.source is not rows or len(rows) < len(block.rows)
+                for block, rows in zip(self._blocks, sources, strict=True)):
+            self._blocks = [_Block(rows) for rows in sources]  # other histories: start over
+        new = [block.extend(prefix) for block, prefix in zip(self._blocks, prefixes,
+                                                               strict=True)]
+        header = list(dict.fromkeys(c for block in self._blocks for c in block.columns))
+        if header != self._header:  # as History.to_csv orders columns: every row again
+            self._header = header
+            for block in self._blocks:
+                block.text = [_csv_text(header, block.rows)]
         else:
-            for text, rows in zip(self._text, new, strict=True):
-                text.append(_csv_text(columns, rows))
-        text = _csv_text(columns, [], header=True) + "".join(
-            piece for pieces in self._text for piece in pieces)
+            for block, rows in zip(self._blocks, new, strict=True):
+                block.text.append(_csv_text(header, rows))
+        text = _csv_text(header, [], header=True) + "".join(
+            piece for block in self._blocks for piece in block.text)
 
         def write_text():
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.path, text)
 
         self._attempt(self.path, write_text)
+
+
+@dataclasses.dataclass
+class _Block:
+    """Rows of one source (the preceding rows, or a run's history) as written so far."""
+
+    source: list[Mapping[str, Any]]  # the rows as recorded (it grows)
+    rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # with their prefix
+    columns: dict[str, None] = dataclasses.field(default_factory=dict)  # in order of use
+    text: list[str] = dataclasses.field(default_factory=list)  # ``rows`` as CSV, in pieces
+
+    def extend(self, prefix: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Takes the source's new rows (``prefix`` first in each); returns them."""
+        new = [{**prefix, **row} for row in self.source[len(self.rows):]]
+        self.rows += new
+        for row in new:
+            self.columns.update(dict.fromkeys(row))
+        return new
 
 
 def _csv_text(columns: list[str], rows: list[dict[str, Any]], header: bool = False) -> str:

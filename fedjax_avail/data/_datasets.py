@@ -126,14 +126,18 @@ def _sklearn_digits() -> tuple[np.ndarray, np.ndarray]:
     1-2 s, as much as a short run. Where that file is not found (another layout),
     ``sklearn.datasets.load_digits`` itself.
     """
-    spec = importlib.util.find_spec("sklearn")
+    try:
+        spec = importlib.util.find_spec("sklearn")
+    except (ImportError, ValueError):  # a module without a spec stands in for scikit-learn
+        spec = None
     roots = (spec.submodule_search_locations or []) if spec is not None else []
     files = [Path(root) / "datasets" / "data" / "digits.csv.gz" for root in roots]
-    if not files or not files[0].is_file():
+    found = next((file for file in files if file.is_file()), None)
+    if found is None:
         from sklearn.datasets import load_digits as sk_load_digits
 
         digits = sk_load_digits()
         return digits.images, digits.target
-    with gzip.open(files[0], "rt") as f:
+    with gzip.open(found, "rt", encoding="utf-8") as f:
         data = np.loadtxt(f, delimiter=",")
     return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
