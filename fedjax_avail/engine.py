@@ -224,6 +224,12 @@ def _place(carry: Any, data: FederatedData, mesh: Mesh | None, several: bool
             Placement(jax.device_put(data, data_shardings), carry_shardings, data_shardings))
 
 
+def _partitions(mesh: Mesh | None) -> int:
+    """This process's devices that each run a partition of a program compiled for ``mesh``
+    (XLA's ``memory_analysis`` describes one): 1 without a mesh."""
+    return 1 if mesh is None else len(mesh.local_devices)
+
+
 @functools.partial(jax.jit, donate_argnums=0)
 def _put_run(stacked: Any, i: jax.Array, one: Any) -> Any:
     """``stacked`` (a runs axis ``[S, ...]``) with run ``i`` replaced by ``one``, in place."""
@@ -336,7 +342,7 @@ class RoundChunks:
                     self._jitted.lower(carry, data, round_ids, keys, hyper), self._batched)
             run.timing["compile"] += time.perf_counter() - start
             analysis = self._compiled[length].memory_analysis()
-            temp = int(getattr(analysis, "temp_size_in_bytes", 0) or 0)
+            temp = int(getattr(analysis, "temp_size_in_bytes", 0) or 0) * _partitions(self._mesh)
             if in_flight:
                 temp = in_flight * (temp + memory.tree_bytes(carry))
             run.memory["working_set"] = max(run.memory.get("working_set", 0), temp)
@@ -410,9 +416,9 @@ def _prepare(run: Run, prepare: Callable[..., Any], task: Task, placement: Place
         executable = jax.jit(prepare_fn, donate_argnums=0, keep_unused=True, **placed).lower(
             _run_shapes(state) if loop else state, placement.data).compile()
     analysis = executable.memory_analysis()
-    run.memory["working_set"] = sum(int(getattr(analysis, name, 0) or 0) for name in (
+    run.memory["working_set"] = (sum(int(getattr(analysis, name, 0) or 0) for name in (
         "temp_size_in_bytes", "output_size_in_bytes")) - int(
-            getattr(analysis, "alias_size_in_bytes", 0) or 0)
+            getattr(analysis, "alias_size_in_bytes", 0) or 0)) * _partitions(mesh)
     if loop:
         def keep(stacked: Any) -> None:
             run.carry = (stacked, *run.carry[1:])
@@ -608,7 +614,7 @@ def simulate(
             runs=len(runs.seeds), runs_layout=layout, mesh=mesh, loop_workers=workers)
 
     estimate = estimate_for(workers)
-    available = memory.available_bytes() if check_memory or workers > 1 else None
+    available = memory.available_bytes(mesh=mesh) if check_memory or workers > 1 else None
     while workers > 1 and available is not None and estimate.total > available:
         workers -= 1  # fewer runs trained at once, before refusing (or trying) the run
         estimate = estimate_for(workers)

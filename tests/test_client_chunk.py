@@ -132,6 +132,29 @@ def test_the_estimate_counts_the_members_trained_at_once_and_every_members_updat
     assert terms["cohort_working_set"] == 10 * training
 
 
+def test_the_full_batch_estimate_counts_every_devices_chunk_under_a_cohort_mesh():
+    """Under a "cohort" mesh of D devices each device takes its chunk of its share of a
+    pass's members (cohort.map_cohort): D chunks of c at once hold what one device's chunk of
+    D c holds, and a pass of m members pads to D shares."""
+    task, fd = fa.tasks.logistic_regression(784, 10), _images(1000, 1)
+    two = jax.sharding.AbstractMesh((2,), ("cohort",))
+
+    def full_batch(selection, chunk, mesh=None, k=40):
+        alg = fa.algorithms.FedAvg(clients_per_round=k, local_steps=1, batch_size=5,
+                                   client_lr=0.01, selection=selection)
+        return fa.estimate_memory(task, fd, alg, client_chunk=chunk,
+                                  mesh=mesh).terms["full_batch_working_set"]
+
+    for selection in (fa.selection.PowerOfChoice(d=60), fa.selection.DivFL()):
+        assert full_batch(selection, 5, two) == full_batch(selection, 10) > 0
+        assert full_batch(selection, 5, two) > full_batch(selection, 5)
+    # no chunk: Power-of-Choice's d = 7 candidates padded to 2 shares of 4: 8 at once; DivFL's
+    # [K, P] gradients of K = 39 members padded to 40 rows
+    assert full_batch(fa.selection.PowerOfChoice(d=7), None, two) == full_batch(
+        fa.selection.PowerOfChoice(d=8), None)
+    assert full_batch(fa.selection.DivFL(), None, two, k=39) == full_batch(
+        fa.selection.DivFL(), None, k=40)
+
 @pytest.mark.parametrize("chunk", [1, 7, 13, 40, 64])
 def test_chunks_give_every_member_its_own_result_and_hold_no_padded_stack(chunk):
     # K = 40 members in chunks that divide it or not (the last chunk overlapping the one

@@ -64,7 +64,7 @@ def test_a_run_that_cannot_fit_is_refused_before_allocating(monkeypatch):
     x = np.broadcast_to(np.zeros((1, 784), np.uint8), (n, 784))  # allocates nothing
     fd = fa.FederatedData(arrays={"x": x, "y": np.zeros(n, np.int32)},
                           offsets=np.arange(n, dtype=np.int32), counts=np.ones(n, np.int32))
-    monkeypatch.setattr(memory, "available_bytes", lambda device=None: 24 * 10**9)
+    monkeypatch.setattr(memory, "available_bytes", lambda device=None, mesh=None: 24 * 10**9)
     before = sum(a.nbytes for a in jax.live_arrays())
     alg = fa.algorithms.FedLaAvg(clients_per_round=100)
     with pytest.raises(MemoryError, match=r"needs about 32\.2 GB .* only 24\.0 GB") as info:
@@ -80,7 +80,7 @@ def test_a_cohort_whose_updates_cannot_fit_is_told_to_shrink_k_not_only_to_chunk
     x = np.broadcast_to(np.zeros((1, 784), np.uint8), (n, 784))
     fd = fa.FederatedData(arrays={"x": x, "y": np.zeros(n, np.int32)},
                           offsets=np.arange(n, dtype=np.int32), counts=np.ones(n, np.int32))
-    monkeypatch.setattr(memory, "available_bytes", lambda device=None: 2 * 10**9)
+    monkeypatch.setattr(memory, "available_bytes", lambda device=None, mesh=None: 2 * 10**9)
     alg = fa.algorithms.FedAvg(clients_per_round=n, batch_size=1)
     with pytest.raises(MemoryError, match="fewer clients per round") as info:
         fa.simulate(fa.tasks.logistic_regression(784, 10), fd, alg, fa.availability.AlwaysOn(),

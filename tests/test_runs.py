@@ -188,12 +188,12 @@ def test_the_loop_trains_fewer_runs_at_once_rather_than_refuse_a_run(setting, mo
     monkeypatch.setattr(engine, "_runs_at_once",
                         lambda stacked, fn, workers, keep: seen.append(workers) or runs_at_once(
                             stacked, fn, workers, keep))
-    monkeypatch.setattr(memory, "available_bytes", lambda: (one + two) // 2)
+    monkeypatch.setattr(memory, "available_bytes", lambda mesh=None: (one + two) // 2)
     batch = fa.simulate(task, fd, alg, process, rounds=4, seed=[0, 1, 2, 3], runs_layout="loop")
     assert seen and set(seen) == {1}
     alone = fa.simulate(task, fd, alg, process, rounds=4, seed=2)
     np.testing.assert_array_equal(_flat(batch[2].params), _flat(alone.params))
-    monkeypatch.setattr(memory, "available_bytes", lambda: one - 1)
+    monkeypatch.setattr(memory, "available_bytes", lambda mesh=None: one - 1)
     with pytest.raises(MemoryError, match="this run needs about"):
         fa.simulate(task, fd, alg, process, rounds=4, seed=[0, 1, 2, 3], runs_layout="loop")
 

@@ -14,6 +14,7 @@ import pytest
 pytestmark = pytest.mark.slow  # a long tier: `pytest -m slow` (.ci/run runs it)
 
 SCRIPT = Path(__file__).with_name("sharded_run.py")
+MEMORY_SCRIPT = Path(__file__).with_name("sharded_memory.py")
 
 
 def _run(*args: str) -> dict:
@@ -90,3 +91,21 @@ def test_clients_and_cohort_axes_together(one_device):
     out = _run("4", "clients,cohort", "fedlaavg")
     assert out["local_shards"] == [[20, 650]] * 4  # split in two over "clients"
     np.testing.assert_allclose(out["params"], one_device["params"], atol=1e-6)
+
+
+def test_memory_under_a_mesh_is_counted_over_its_devices():
+    """Measured and estimated bytes are totals over the mesh's devices: a "cohort" mesh keeps a
+    copy of the data and the states on each device (twice one device's arrays held), each
+    device trains its share of the cohort; a "clients" mesh splits them, and each device
+    trains the whole cohort. The estimate stays within 25% of the measurement."""
+    done = subprocess.run([sys.executable, str(MEMORY_SCRIPT)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = json.loads(done.stdout.strip().splitlines()[-1])
+    held = {(r["algorithm"], r["mesh"], r["chunk"]): r["held"] for r in rows}
+    for (algorithm, mesh, chunk), value in held.items():
+        alone = held[algorithm, "none", chunk]
+        want = {"none": alone, "cohort": 2 * alone, "clients": alone}[mesh]
+        assert abs(value - want) <= 0.02 * want, (algorithm, mesh, chunk, value, alone)
+    for row in rows:
+        assert abs(row["estimated"] - row["measured"]) <= 0.25 * row["measured"], row

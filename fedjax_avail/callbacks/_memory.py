@@ -9,8 +9,9 @@ from fedjax_avail.callbacks._callback import Callback, Run
 
 
 def live_bytes() -> int:
-    """Bytes of every live device array of this process."""
-    return sum(a.nbytes for a in jax.live_arrays())
+    """Bytes of every live device array of this process, over all the devices that hold it (a
+    copy on each of D devices counts D times; a split array, each part once)."""
+    return sum(shard.data.nbytes for a in jax.live_arrays() for shard in a.addressable_shards)
 
 
 class MeasureHeld(Callback):
@@ -21,4 +22,5 @@ class MeasureHeld(Callback):
         self.baseline = live_bytes()
 
     def on_chunk_end(self, run: Run, metrics: dict[str, np.ndarray]) -> None:
-        run.memory.setdefault("held", live_bytes() - self.baseline)
+        if "held" not in run.memory:
+            run.memory["held"] = live_bytes() - self.baseline
