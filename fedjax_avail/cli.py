@@ -248,7 +248,7 @@ def _run(args) -> int:
     if args.checkpoint_seconds is not None:  # named as the flag, before a dry run
         check_value("--checkpoint-seconds", args.checkpoint_seconds, NonNegative)
     if args.dry_run:
-        return _dry_run(experiment, overrides)
+        return _dry_run(experiment, overrides, _mesh(args.devices))
     out_dir = args.out or Path("runs") / experiment.name
     if not args.no_compilation_cache:
         enable_compilation_cache()
@@ -302,16 +302,17 @@ def _mesh(devices: int | None):
     return cohort_mesh(devices)
 
 
-def _dry_run(experiment, overrides: dict) -> int:
-    """Prints what a run would do after every check it makes before compute."""
+def _dry_run(experiment, overrides: dict, mesh=None) -> int:
+    """Prints what a run would do (over ``mesh``'s devices) after every check it makes before
+    compute."""
     from fedjax_avail.memory import format_bytes
 
     if isinstance(experiment, experiments.Sweep):
         panels = experiments.sweep_settings(experiment, overrides)
-        plans = {label: experiments.plan(experiment.base, panel)
+        plans = {label: experiments.plan(experiment.base, panel, mesh)
                  for label, panel in panels.items()}
     else:
-        plans = {"": experiments.plan(experiment, overrides)}
+        plans = {"": experiments.plan(experiment, overrides, mesh)}
     for label, rows in plans.items():
         if label:
             print(f"== {label}")

@@ -644,7 +644,7 @@ def simulate(
     # Restored (and verified) before anything is compiled: a refused resume costs nothing.
     restored = checkpointing.restore(run) if checkpointing else False
     evaluation = RunEvaluation(task, placement.data, test_arrays, test_data, eval_batch_size,
-                               train_eval_examples, runs.several)
+                               train_eval_examples, runs.several, mesh)
     round_chunks = RoundChunks(task, runs, chunks, keys, hyper, mesh, placement, slot_length,
                                max_virtual_time, layout, workers)
     every = (eval_every,) + ((checkpointing.every,) if checkpointing else ())

@@ -204,11 +204,19 @@ class RunEvaluation:
       batch_size: examples per evaluation block.
       train_examples: evaluate training metrics on this many evenly spaced examples (None: all).
       runs: models have a leading runs axis.
+      mesh: ``simulate``'s device mesh: the test examples are put on its devices once (a copy
+        on each, as the models), not sent to them at every evaluation; None: the default
+        device.
     """
 
     def __init__(self, task: Task, train: Any, test_arrays: Mapping[str, Any] | None,
                  test_data: FederatedData | Mapping[str, Any] | None,
-                 batch_size: int, train_examples: int | None, runs: bool):
+                 batch_size: int, train_examples: int | None, runs: bool, mesh: Any = None):
+        if test_arrays is not None:  # once, for both evaluators of a FederatedData test set
+            test_arrays = jax.device_put(dict(test_arrays), None if mesh is None else (
+                jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())))
+            if isinstance(test_data, FederatedData):
+                test_data = test_data.replace(arrays=test_arrays)
         arrays, total = train.arrays, train.num_examples
         if train_examples is not None and train_examples < total:
             rows = (np.arange(train_examples) * total) // train_examples

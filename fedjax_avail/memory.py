@@ -30,8 +30,10 @@ client), plus the gradients it returns. The persistent terms are exact (the shap
 approximations (:func:`full_batch_bytes`).
 
 Under a device mesh every term is a total over the devices, as ``Result.memory["measured"]``
-is: a device holds a copy of each array, or its part of one split over a ``"clients"`` axis,
-and trains its share of the cohort over a ``"cohort"`` axis (:func:`estimate_memory`'s
+is (over this process's devices: a run over several processes measures its own share): a
+device holds a copy of each array (the test set too), or its part of one split over a
+``"clients"`` axis; over a ``"cohort"`` axis each device trains its share of the cohort, and
+the devices of the other axes each train the whole cohort (:func:`estimate_memory`'s
 ``mesh``). Against XLA:CPU over 2 devices (``tests/test_sharding.py``) this is within 10% for
 Power-of-Choice's and FedLaAvg's rounds on either axis.
 """
@@ -226,7 +228,7 @@ def estimate_memory(
     working = max(0, training - updates)
     terms = {
         "data": data_bytes,
-        "test_data": _arrays_bytes(test),
+        "test_data": _arrays_bytes(test) * copies,
         "server_state": (runs + run_copies) * server * copies,
         "per_client_tables": (runs + run_copies) * sum(tables.values()) * split_copies,
         "availability_state": (runs + run_copies) * avail,
@@ -468,11 +470,21 @@ def available_bytes(device: jax.Device | None = None, mesh: Any = None) -> int |
 
     Accelerators report it through ``memory_stats()``; for the CPU it is the host's available
     memory (``MemAvailable`` of ``/proc/meminfo``, else free physical pages), which a CPU
-    mesh's devices share.
+    mesh's devices share. A mesh over several processes: this process's devices, scaled to
+    the whole mesh (every process's devices taken to have as much free); an abstract mesh
+    (no devices): its platform's host memory on a CPU, else None.
     """
-    if mesh is not None and _platform(mesh) != "cpu":
-        free = [available_bytes(d) for d in np.ravel(mesh.devices)]
-        return None if None in free else sum(free)
+    if mesh is not None:
+        if isinstance(mesh, jax.sharding.AbstractMesh):
+            return available_bytes() if _platform(mesh) == "cpu" else None
+        local = list(mesh.local_devices)
+        if local[0].platform == "cpu":
+            free = [available_bytes(local[0])]
+        else:
+            free = [available_bytes(d) for d in local]
+        if None in free:
+            return None
+        return sum(free) * mesh.devices.size // len(local)
     device = device or jax.devices()[0]
     try:
         stats = device.memory_stats()

@@ -31,7 +31,8 @@ class Result:
         of the device arrays this run held after its first chunk (data, states); ``working_set``:
         XLA's temporary buffers of the compiled round chunk; ``measured`` = held + working set.
         Totals over a mesh's devices, as the estimate's: an array counts once per device
-        holding a copy or part of it, the working set once per device running the program.
+        holding a copy or part of it, the working set once per device running the program
+        (measured over this process's devices: over several processes, its own share).
       stopped: why the run ended before ``rounds`` (a callback's :meth:`Run.stop` reason), or
         None when it ran them all.
     """

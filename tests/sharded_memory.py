@@ -2,7 +2,8 @@
 be set before JAX starts).
 
 ``python sharded_memory.py`` prints one JSON line: for each (algorithm, mesh, client_chunk),
-the estimate's total and the run's measured bytes, both totals over the devices.
+the estimate's total and the run's measured and held bytes, all totals over the devices; and
+the test set's bytes.
 """
 
 import json
@@ -24,6 +25,8 @@ def main() -> None:
         arrays={"x": rng.integers(0, 256, (int(counts.sum()), 784), dtype=np.uint8),
                 "y": rng.integers(0, 10, int(counts.sum())).astype(np.int32)},
         offsets=np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32), counts=counts)
+    test = {"x": rng.integers(0, 256, (2000, 784), dtype=np.uint8),
+            "y": rng.integers(0, 10, 2000).astype(np.int32)}
     task = fa.tasks.logistic_regression(784, 10)
     algorithms = {
         "powerofchoice": fa.algorithms.FedAvg(
@@ -37,10 +40,11 @@ def main() -> None:
         for axis, mesh in meshes.items():
             for chunk in (None, 2):
                 result = fa.simulate(task, fd, alg, fa.availability.AlwaysOn(), rounds=2,
-                                     eval_every=2, mesh=mesh, client_chunk=chunk)
+                                     eval_every=2, mesh=mesh, client_chunk=chunk,
+                                     test_data=test)
                 rows.append({"algorithm": name, "mesh": axis, "chunk": chunk,
                              **{k: result.memory[k] for k in ("estimated", "measured", "held")}})
-    print(json.dumps(rows))
+    print(json.dumps({"rows": rows, "test_bytes": sum(a.nbytes for a in test.values())}))
 
 
 if __name__ == "__main__":

@@ -220,6 +220,21 @@ def test_missing_tfds_data_is_one_line_not_a_traceback(tmp_path, capsys, monkeyp
     assert code == 2 and err.count("\n") == 1 and "is not prepared in" in err
 
 
+def test_a_dry_run_estimates_memory_over_the_devices_the_run_uses(monkeypatch, capsys):
+    """--devices D splits the run's cohort over D devices, each holding a copy of the data and
+    the states: the dry run checks that estimate (1.5-2x one device's here), not one device's."""
+    import jax
+
+    two = jax.sharding.AbstractMesh((2,), ("cohort",))  # this process has one CPU device
+    monkeypatch.setattr(cli, "_mesh", lambda devices: None if devices is None else two)
+    plans, plan = [], experiments.plan
+    monkeypatch.setattr(experiments, "plan", lambda *a: plans.append(plan(*a)) or plans[-1])
+    for flags in ([], ["--devices", "2"]):
+        assert cli.main(["run", "--dry-run", *flags]) == 0
+    capsys.readouterr()
+    alone, split = ([row["estimated_bytes"] for row in rows] for rows in plans)
+    assert all(b > 1.4 * a for a, b in zip(alone, split, strict=True)), (alone, split)
+
 def test_dry_run_checks_everything_and_trains_nothing(tmp_path, capsys, mnist):
     del mnist
     code = cli.main(["run", "fedlaavg-mnist-fig5-n", "--dry-run", "--set", "rounds=7", "--set",

@@ -11,7 +11,16 @@ from fedjax_avail.callbacks._callback import Callback, Run
 def live_bytes() -> int:
     """Bytes of every live device array of this process, over all the devices that hold it (a
     copy on each of D devices counts D times; a split array, each part once)."""
-    return sum(shard.data.nbytes for a in jax.live_arrays() for shard in a.addressable_shards)
+    total = 0
+    for a in jax.live_arrays():
+        try:
+            if len(a.sharding.device_set) == 1:
+                total += a.nbytes
+            else:
+                total += sum(shard.data.nbytes for shard in a.addressable_shards)
+        except RuntimeError:  # deleted (donated) since it was listed: holds nothing now
+            pass
+    return total
 
 
 class MeasureHeld(Callback):

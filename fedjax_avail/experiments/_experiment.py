@@ -306,11 +306,13 @@ def _record_settings(out_dir: Path, name: str, config: Mapping[str, Any], resume
     atomic_write_text(path, json.dumps(now, indent=2, sort_keys=True) + "\n")
 
 
-def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None) -> list[dict]:
+def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None,
+         mesh: Any = None) -> list[dict]:
     """Everything :func:`run` checks before compute, and no compute: ``--dry-run``.
 
     Builds the experiment (loads its data, constructs every algorithm), runs ``simulate``'s
-    argument checks for each algorithm and its memory estimate against this device.
+    argument checks for each algorithm and its memory estimate against this device (against
+    ``mesh``'s devices, :func:`run`'s ``mesh``, when given).
 
     Returns:
       one row per algorithm: ``algorithm``, ``rounds``, ``seeds``, ``estimated_bytes``.
@@ -328,10 +330,11 @@ def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None) -> 
             setup.task, setup.train, algorithm, setup.availability, rounds, seeds,
             setup.eval_every_of(name, config), setup.test, None, 4096, None,
             config.get("train_eval_examples"))
-        estimate = memory.estimate_memory(setup.task, setup.train, algorithm, setup.availability,
-                                          test_data=test, runs=len(seeds),
-                                          runs_layout=cohort.runs_layout())
-        memory.check_fits(estimate, memory.available_bytes())
+        estimate = memory.estimate_memory(
+            setup.task, setup.train, algorithm, setup.availability, test_data=test,
+            runs=len(seeds), mesh=mesh,
+            runs_layout=cohort.runs_layout(mesh=mesh if len(seeds) > 1 else None))
+        memory.check_fits(estimate, memory.available_bytes(mesh=mesh))
         rows.append({"algorithm": name, "rounds": rounds, "seeds": seeds,
                      "estimated_bytes": estimate.total})
     return rows
