@@ -248,7 +248,7 @@ def _run(args) -> int:
     if args.checkpoint_seconds is not None:  # named as the flag, before a dry run
         check_value("--checkpoint-seconds", args.checkpoint_seconds, NonNegative)
     if args.dry_run:
-        return _dry_run(experiment, overrides, _mesh(args.devices))
+        return _dry_run(experiment, overrides, _planned_mesh(args.devices))
     out_dir = args.out or Path("runs") / experiment.name
     if not args.no_compilation_cache:
         enable_compilation_cache()
@@ -300,6 +300,21 @@ def _mesh(devices: int | None):
     except RuntimeError:
         pass
     return cohort_mesh(devices)
+
+
+def _planned_mesh(devices: int | None):
+    """The mesh a run with ``--devices`` would use, for a dry run: on a CPU an abstract one (a
+    run's fresh process makes that many CPU devices, which this one may no longer), else the
+    run's own (which checks that the devices exist)."""
+    if devices is None or devices < 1:
+        return _mesh(devices)
+    import jax
+
+    from fedjax_avail.cohort import COHORT
+
+    if jax.default_backend() == "cpu":
+        return jax.sharding.AbstractMesh((devices,), (COHORT,))
+    return _mesh(devices)
 
 
 def _dry_run(experiment, overrides: dict, mesh=None) -> int:
