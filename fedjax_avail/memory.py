@@ -112,8 +112,11 @@ def tree_bytes(tree: Any) -> int:
 def _arrays_bytes(arrays: Mapping[str, Any] | None) -> int:
     if arrays is None:
         return 0
-    return int(sum(np.asarray(a).nbytes if not hasattr(a, "nbytes") else a.nbytes
-                   for a in arrays.values()))
+    def device_bytes(a: Any) -> int:  # as put on the device: int64 as int32 without x64
+        shape, dtype = np.shape(a), getattr(a, "dtype", None) or np.asarray(a).dtype
+        return math.prod(shape) * jax.dtypes.canonicalize_dtype(dtype).itemsize
+
+    return int(sum(device_bytes(a) for a in arrays.values()))
 
 
 def estimate_memory(
@@ -471,13 +474,16 @@ def available_bytes(device: jax.Device | None = None, mesh: Any = None) -> int |
     Accelerators report it through ``memory_stats()``; for the CPU it is the host's available
     memory (``MemAvailable`` of ``/proc/meminfo``, else free physical pages), which a CPU
     mesh's devices share. A mesh over several processes: this process's devices, scaled to
-    the whole mesh (every process's devices taken to have as much free); an abstract mesh
-    (no devices): its platform's host memory on a CPU, else None.
+    the whole mesh (every process's devices taken to have as much free: right for one
+    process a host, P times too much for P processes sharing a CPU host); an abstract mesh
+    (no devices): the host's memory when JAX's default backend is the CPU, else None.
     """
     if mesh is not None:
         if isinstance(mesh, jax.sharding.AbstractMesh):
             return available_bytes() if _platform(mesh) == "cpu" else None
         local = list(mesh.local_devices)
+        if not local:
+            return None
         if local[0].platform == "cpu":
             free = [available_bytes(local[0])]
         else:

@@ -59,6 +59,7 @@ def main() -> None:
     print(json.dumps({
         "params": np.asarray(params).tolist(),
         "train_loss": result.history["train_loss"][-1],
+        "test": [result.history[k][-1] for k in ("test_loss", "test_accuracy")],
         "spec": str(table.sharding.spec) if mesh is not None and table is not None else None,
         "local_shards": [list(s.data.shape) for s in table.addressable_shards]
         if table is not None else None,

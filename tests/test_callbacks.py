@@ -328,3 +328,24 @@ def test_an_output_that_cannot_be_written_warns_and_the_run_goes_on(tmp_path):
             fa.callbacks.CSVLogger(blocked / "m.csv"), fa.callbacks.TensorBoard(blocked / "tb")])
     assert len(warned) == 2 and result.history["round"].tolist() == [0, 5, 10]
     assert "10" in {p.name for p in (tmp_path / "ckpt").iterdir()}
+
+
+def test_a_test_set_of_array_likes_scores_as_its_arrays():
+    """Test examples that only convert to arrays (``__array__``, a list of labels) are turned
+    into one array each before they go to the device, and score as the arrays do."""
+    class ArrayLike:
+        def __init__(self, array):
+            self.array = array
+
+        def __array__(self, dtype=None, copy=None):
+            return self.array if dtype is None else self.array.astype(dtype)
+
+        @property
+        def shape(self):
+            return self.array.shape
+
+    task, fd, alg, process, test = _setup()
+    likes = {"x": ArrayLike(test["x"]), "y": test["y"].tolist()}
+    runs = [fa.simulate(task, fd, alg, process, rounds=5, seed=3, eval_every=5, test_data=t)
+            for t in (test, likes)]
+    assert runs[0].history.rows == runs[1].history.rows

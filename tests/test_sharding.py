@@ -38,6 +38,7 @@ def test_sharded_client_axis_equals_one_device(one_device, devices):
     assert out["local_shards"] == [[40 // devices, 650]] * devices
     np.testing.assert_allclose(out["params"], one_device["params"], atol=1e-6)
     assert out["train_loss"] == pytest.approx(one_device["train_loss"], rel=1e-6)
+    np.testing.assert_allclose(out["test"], one_device["test"], rtol=1e-6)
 
 
 def test_two_processes_with_jax_distributed_equal_one_device(one_device):
@@ -72,6 +73,8 @@ def test_cohort_split_over_devices_equals_one_device(algorithm):
         np.testing.assert_array_equal(split["params"], alone["params"])
     np.testing.assert_allclose(split["params"], alone["params"], rtol=1e-4, atol=1e-6)
     assert split["train_loss"] == pytest.approx(alone["train_loss"], rel=1e-5)
+    # the test set, put on both devices once (evaluation.RunEvaluation), scores the same
+    np.testing.assert_allclose(split["test"], alone["test"], rtol=1e-5)
 
 
 @pytest.mark.parametrize("algorithm", ["fedavg@3", "fedbuff@3", "divfl@3", "wkafl@3"])

@@ -13,12 +13,14 @@ def live_bytes() -> int:
     copy on each of D devices counts D times; a split array, each part once)."""
     total = 0
     for a in jax.live_arrays():
+        if a.is_deleted():  # donated since it was listed: holds nothing now
+            continue
         try:
             if len(a.sharding.device_set) == 1:
                 total += a.nbytes
             else:
                 total += sum(shard.data.nbytes for shard in a.addressable_shards)
-        except RuntimeError:  # deleted (donated) since it was listed: holds nothing now
+        except RuntimeError:  # deleted by another thread in between
             pass
     return total
 
