@@ -213,9 +213,7 @@ class RunEvaluation:
                  test_data: FederatedData | Mapping[str, Any] | None,
                  batch_size: int, train_examples: int | None, runs: bool, mesh: Any = None):
         if test_arrays is not None:  # once, for both evaluators of a FederatedData test set
-            test_arrays = {k: v if isinstance(v, jax.Array) else np.asarray(v)
-                           for k, v in test_arrays.items()}  # array-likes, lists: one array
-            test_arrays = jax.device_put(test_arrays, None if mesh is None else (
+            test_arrays = jax.device_put(dict(test_arrays), None if mesh is None else (
                 jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())))
             if isinstance(test_data, FederatedData):
                 test_data = test_data.replace(arrays=test_arrays)

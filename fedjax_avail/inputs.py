@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 import numpy as np
 
 from fedjax_avail._checks import (
@@ -39,8 +40,10 @@ def check_finite(arrays: Mapping[str, Any], name: str) -> None:
                              "data before simulating")
 
 
-def test_arrays(test_data: Any) -> dict[str, np.ndarray] | None:
-    """The test set as one dict of ``[M, ...]`` arrays, checked; None when there is none."""
+def test_arrays(test_data: Any) -> dict[str, np.ndarray | jax.Array] | None:
+    """The test set as one dict of ``[M, ...]`` arrays, checked; None when there is none.
+    Anything else that converts to an array (``__array__``, a list) becomes one numpy array
+    here, so the checks, the estimate and the evaluation all read the same arrays."""
     if test_data is None:
         return None
     if isinstance(test_data, FederatedData):
@@ -50,6 +53,7 @@ def test_arrays(test_data: Any) -> dict[str, np.ndarray] | None:
     else:
         raise TypeError(f"test_data must be None, a FederatedData or a dict of [M, ...] arrays "
                         f"such as {{'x': x, 'y': y}}, got {type(test_data).__name__}")
+    arrays = {k: v if isinstance(v, jax.Array) else np.asarray(v) for k, v in arrays.items()}
     lengths = {k: np.shape(v)[0] if np.ndim(v) else None for k, v in arrays.items()}
     if None in lengths.values() or len(set(lengths.values())) != 1 or 0 in lengths.values():
         raise ValueError(f"test_data arrays must share one non-empty leading example axis, got "
@@ -60,7 +64,7 @@ def test_arrays(test_data: Any) -> dict[str, np.ndarray] | None:
 def check_simulate_args(
     task, data, algorithm, availability, rounds, seed, eval_every, test_data, client_chunk,
     eval_batch_size, checkpoint_every, train_eval_examples=None,
-) -> dict[str, np.ndarray] | None:
+) -> dict[str, np.ndarray | jax.Array] | None:
     """Every check of ``simulate``'s arguments; returns the checked test arrays (or None)."""
     if not isinstance(task, Task):
         raise TypeError(f"task must be a fedjax_avail.Task, got {type(task).__name__}")
