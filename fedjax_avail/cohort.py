@@ -239,11 +239,26 @@ def check_mesh(mesh: Any, num_clients: int) -> None:
                          f"{CLIENTS!r} axis size {mesh.shape[CLIENTS]} to shard the client axis")
 
 
+MODEL_FIELDS = ("params", "opt_state")  # an algorithm state's model and server optimizer
+
+
+def is_client_array(path: Any, leaf: Any, num_clients: int, axis: int = 0) -> bool:
+    """Whether a leaf of a state (at ``path``, a ``jax.tree_util`` key path) holds a row per
+    client: its axis ``axis`` has length N, and it is not under a field named in
+    ``MODEL_FIELDS`` (the model and the server optimizer's state are never per client, whatever
+    their shapes: a bias of 10 classes with N = 10 clients).
+    :func:`client_shardings` splits these arrays and :func:`fedjax_avail.estimate_memory`
+    counts them as per-client tables."""
+    shape = getattr(leaf, "shape", ())
+    return (len(shape) > axis and shape[axis] == num_clients
+            and not any(getattr(key, "name", None) in MODEL_FIELDS for key in path))
+
+
 def client_shardings(tree: Any, num_clients: int, mesh: Any, axis: int = 0) -> Any:
-    """Shardings for a pytree on ``mesh``: arrays whose axis ``axis`` has length N (client
-    arrays: tables, stamps, availability state) are split over the mesh's ``"clients"`` axis;
-    every other array (the model, server arrays) is replicated, and so is everything on a mesh
-    without a ``"clients"`` axis.
+    """Shardings for a pytree on ``mesh``: client arrays (:func:`is_client_array`: tables,
+    stamps, availability state) are split over the mesh's ``"clients"`` axis; every other
+    array (the model, server arrays) is replicated, and so is everything on a mesh without a
+    ``"clients"`` axis.
     """
     from jax.sharding import NamedSharding, PartitionSpec
 
@@ -251,13 +266,12 @@ def client_shardings(tree: Any, num_clients: int, mesh: Any, axis: int = 0) -> A
     if CLIENTS not in mesh.axis_names:
         return jax.tree.map(lambda _: NamedSharding(mesh, PartitionSpec()), tree)
 
-    def sharding(leaf):
-        shape = getattr(leaf, "shape", ())
-        if len(shape) > axis and shape[axis] == num_clients:
+    def sharding(path, leaf):
+        if is_client_array(path, leaf, num_clients, axis):
             return NamedSharding(mesh, PartitionSpec(*([None] * axis), CLIENTS))
         return NamedSharding(mesh, PartitionSpec())
 
-    return jax.tree.map(sharding, tree)
+    return jax.tree_util.tree_map_with_path(sharding, tree)
 
 
 def example_shardings(arrays: Any, mesh: Any) -> Any:

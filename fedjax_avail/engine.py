@@ -606,18 +606,11 @@ def simulate(
     hyper = _swept_values(runs, data.num_clients)
     chunks = memory.client_chunks(client_chunk, task, data, algorithm, mesh=mesh,
                                   runs_at_once=len(runs.seeds) if layout == "vmap" else 1)
-    workers = cohort_lib.loop_workers(len(runs.seeds)) if runs.several and layout == "loop" else 1
-
-    def estimate_for(workers: int) -> memory.MemoryEstimate:
-        return memory.estimate_memory(
-            task, data, algorithm, availability, test_data=test_arrays, client_chunk=client_chunk,
-            runs=len(runs.seeds), runs_layout=layout, mesh=mesh, loop_workers=workers)
-
-    estimate = estimate_for(workers)
-    available = memory.available_bytes(mesh=mesh) if check_memory or workers > 1 else None
-    while workers > 1 and available is not None and estimate.total > available:
-        workers -= 1  # fewer runs trained at once, before refusing (or trying) the run
-        estimate = estimate_for(workers)
+    loop = runs.several and layout == "loop"
+    available = memory.available_bytes(mesh=mesh) if check_memory or loop else None
+    estimate, workers = memory.fitting_estimate(
+        task, data, algorithm, availability, available=available, runs=len(runs.seeds),
+        runs_layout=layout, test_data=test_arrays, client_chunk=client_chunk, mesh=mesh)
     if check_memory:
         memory.check_fits(estimate, available)
     held = MeasureHeld()  # before anything of the run is allocated

@@ -141,11 +141,18 @@ def make_client_evaluator(task: Task, data: Any, batch_size: int = 4096,
       batch_size: rows per block.
     """
     counts = np.asarray(data.counts)
-    owner = jnp.asarray(np.repeat(np.arange(len(counts)), counts).astype(np.int32))
     arrays = {k: v if isinstance(v, jax.Array) else jnp.asarray(v) for k, v in data.arrays.items()}
+    # each row's client and the counts, beside examples held whole on each of several devices
+    # (a mesh's copies: RunEvaluation), else on the default device, uncommitted (free to follow
+    # the model to its device, as the examples of jnp.asarray are)
+    sharding = next(iter(arrays.values())).sharding
+    spread = sharding.is_fully_replicated and len(sharding.device_set) > 1
+    owner, denominators = jax.device_put(
+        (np.repeat(np.arange(len(counts)), counts).astype(np.int32), counts.astype(np.float32)),
+        sharding if spread else None)
     size, num_clients = len(owner), len(counts)
     fn = _shared(task, _client_means, size, min(batch_size, size), num_clients, runs)
-    return Evaluator(fn, (arrays, owner, jnp.asarray(counts, jnp.float32)))
+    return Evaluator(fn, (arrays, owner, denominators))
 
 
 def _client_means(loss: Callable[..., Any], metrics: Callable[..., Any] | None, size: int,

@@ -158,7 +158,8 @@ def estimate_memory(
         ``"auto"``'s chunk: :func:`client_chunks`), and the devices of the other axes each
         train the whole cohort again.
       loop_workers: the runs a ``"loop"`` layout trains at once (default
-        :func:`fedjax_avail.cohort.loop_workers`; ``simulate`` lowers it until the run fits).
+        :func:`fedjax_avail.cohort.loop_workers`; ``simulate`` lowers it until the run fits:
+        :func:`fitting_estimate`).
 
     Returns:
       a :class:`MemoryEstimate`; ``.total`` is the sum, ``.describe()`` a readable breakdown.
@@ -199,15 +200,14 @@ def estimate_memory(
     tables, server = {}, 0
     for path, leaf in jax.tree_util.tree_leaves_with_path(state):
         size = math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize
-        name = jax.tree_util.keystr(path)
-        model = name.startswith((".params", ".opt_state"))
-        if not model and leaf.ndim >= 1 and leaf.shape[0] == num_clients:
-            tables[f"{name} {list(leaf.shape)} {leaf.dtype}"] = size
+        if cohort_lib.is_client_array(path, leaf, num_clients):
+            tables[f"{jax.tree_util.keystr(path)} {list(leaf.shape)} {leaf.dtype}"] = size
         else:
             server += size
     avail = 0 if availability is None else sum(
-        tree_bytes(leaf) * (split_copies if leaf.shape[:1] == (num_clients,) else copies)
-        for leaf in jax.tree.leaves(jax.eval_shape(
+        tree_bytes(leaf) * (split_copies if cohort_lib.is_client_array(path, leaf, num_clients)
+                            else copies)
+        for path, leaf in jax.tree_util.tree_leaves_with_path(jax.eval_shape(
             lambda k: availability.init(k, num_clients), key)))
     rows = data.arrays[next(iter(data.arrays))].shape[0]
     data_bytes = _arrays_bytes(data.arrays) * (
@@ -245,6 +245,37 @@ def estimate_memory(
     }
     return MemoryEstimate(terms, {name: runs * size * split_copies
                                   for name, size in tables.items()})
+
+
+def fitting_estimate(
+    task: Task, data: FederatedData, algorithm: Any, availability: Any = None, *,
+    available: int | None,
+    test_data: Mapping[str, Any] | FederatedData | None = None,
+    client_chunk: int | Literal["auto"] | None = "auto",
+    runs: int = 1,
+    runs_layout: Literal["vmap", "map", "loop"] = "vmap",
+    mesh: Any = None,
+) -> tuple[MemoryEstimate, int]:
+    """:func:`estimate_memory` for the runs a ``"loop"`` layout trains at once, lowered from
+    :func:`fedjax_avail.cohort.loop_workers` until the estimate fits in ``available`` bytes
+    (or one is left): ``(estimate, loop workers)``; the workers are 1 for the other layouts
+    and for one run. ``simulate`` chooses its loop's workers with it and the CLI's
+    ``--dry-run`` (:func:`fedjax_avail.experiments.plan`) checks with it, so a dry run refuses
+    exactly the runs ``simulate`` refuses.
+
+    Args:
+      task, data, algorithm, availability, test_data, client_chunk, runs, runs_layout, mesh:
+        as for :func:`estimate_memory` (the layout resolved).
+      available: free bytes (:func:`available_bytes`); None: unknown, all workers.
+    """
+    workers = cohort_lib.loop_workers(runs) if runs > 1 and runs_layout == "loop" else 1
+    while True:
+        estimate = estimate_memory(task, data, algorithm, availability, test_data=test_data,
+                                   client_chunk=client_chunk, runs=runs, runs_layout=runs_layout,
+                                   mesh=mesh, loop_workers=workers)
+        if workers == 1 or available is None or estimate.total <= available:
+            return estimate, workers
+        workers -= 1  # fewer runs trained at once, before refusing (or trying) the run
 
 
 def _shaped_params(task: Task) -> tuple[Any, Any]:

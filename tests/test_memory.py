@@ -38,6 +38,62 @@ def test_table_term_is_n_times_p_times_4_bytes():
     assert est.terms["data"] == 6 * 784 + 6 * 4 + 8 * 6
 
 
+def test_a_model_of_the_client_axis_length_is_replicated_and_not_a_table():
+    # N = 10 clients and 10 classes: the kernel [10, 784] and the bias [10] have the client
+    # axis's length but are the model, replicated on a "clients" mesh (they were split) and not
+    # counted as tables; the latest updates [10, P] and the stamps [10] are split, with or
+    # without a runs axis.
+    from jax.sharding import Mesh, PartitionSpec
+
+    fd = fa.FederatedData(arrays={"x": np.zeros((10, 784), np.uint8),
+                                  "y": np.zeros(10, np.int32)},
+                          offsets=np.arange(10, dtype=np.int32), counts=np.ones(10, np.int32))
+    task = fa.tasks.logistic_regression(784, 10)
+    alg = fa.algorithms.FedLaAvg(clients_per_round=2)
+    state = jax.eval_shape(lambda: alg.init(task.init(jax.random.PRNGKey(0)), 10))
+    assert {leaf.shape[0] for leaf in jax.tree.leaves(state.params)} == {10}
+    stacked = jax.tree.map(lambda a: jax.ShapeDtypeStruct((3, *a.shape), a.dtype), state)
+    mesh = Mesh(np.array(jax.devices()[:1]), ("clients",))
+    for axis, tree in ((0, state), (1, stacked)):
+        split = PartitionSpec(*[None] * axis, "clients")
+        # as the engine places its carry: (state, availability cursor, health)
+        mask = jax.ShapeDtypeStruct((3,) * axis + (10,), np.bool_)
+        carry = (tree, {"mask": mask}, jax.ShapeDtypeStruct((), np.int32))
+        specs, cursor, health = jax.tree.map(
+            lambda s: s.spec, fa.cohort.client_shardings(carry, 10, mesh, axis))
+        assert (cursor["mask"], health) == (split, PartitionSpec()), axis
+        assert jax.tree.leaves(specs.params) == [PartitionSpec()] * 2, axis
+        assert jax.tree.leaves(specs.opt_state) == [PartitionSpec()] * len(
+            jax.tree.leaves(state.opt_state)), axis
+        assert (specs.latest, specs.last_round, specs.selection) == (split,) * 3, axis
+        assert specs.mean_update == PartitionSpec(), axis
+    est = fa.estimate_memory(task, fd, alg)
+    assert sorted(est.tables) == [".last_round [10] int32", ".latest [10, 7850] float32",
+                                  ".selection [10] int32"]
+
+
+def test_the_loop_trains_the_most_runs_at_once_that_fit(monkeypatch):
+    import os
+
+    fd = fa.FederatedData(arrays={"x": np.zeros((6, 784), np.uint8), "y": np.zeros(6, np.int32)},
+                          offsets=np.arange(6, dtype=np.int32), counts=np.ones(6, np.int32))
+    task = fa.tasks.logistic_regression(784, 10)
+    alg = fa.algorithms.FedLaAvg(clients_per_round=2)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    kw = dict(runs=4, runs_layout="loop")
+    need = {w: fa.estimate_memory(task, fd, alg, loop_workers=w, **kw).total for w in (1, 2, 3)}
+    assert need[1] < need[2] < need[3]
+    for available, workers in ((None, 3), (need[3], 3), (need[3] - 1, 2), (need[2] - 1, 1),
+                               (need[1] - 1, 1)):  # the last does not fit: check_fits refuses
+        estimate, chosen = memory.fitting_estimate(task, fd, alg, available=available, **kw)
+        assert (chosen, estimate.total) == (workers, need[workers]), available
+    for layout, runs in (("vmap", 4), ("map", 4), ("loop", 1)):  # no loop workers to lower
+        estimate, chosen = memory.fitting_estimate(task, fd, alg, available=1, runs=runs,
+                                                   runs_layout=layout)
+        assert chosen == 1 and estimate.total == fa.estimate_memory(
+            task, fd, alg, runs=runs, runs_layout=layout).total, layout
+
+
 def test_runs_multiply_the_state_and_only_batched_runs_multiply_the_working_sets():
     fd = fa.FederatedData(arrays={"x": np.zeros((6, 784), np.uint8), "y": np.zeros(6, np.int32)},
                           offsets=np.arange(6, dtype=np.int32), counts=np.ones(6, np.int32))

@@ -198,6 +198,35 @@ def test_the_loop_trains_fewer_runs_at_once_rather_than_refuse_a_run(setting, mo
         fa.simulate(task, fd, alg, process, rounds=4, seed=[0, 1, 2, 3], runs_layout="loop")
 
 
+def test_a_dry_run_refuses_exactly_the_seeds_simulate_refuses(monkeypatch, mnist):
+    # Memory for the loop's runs one at a time, not two: simulate trains them one at a time, so
+    # the dry run (experiments.plan) passes; it estimated two at once and refused, before.
+    from conftest import MNIST_DIR
+
+    from fedjax_avail import experiments, memory
+
+    del mnist
+    if fa.cohort.runs_layout() != "loop":
+        pytest.skip("the loop layout is the CPU's")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    experiment = experiments.get("subtrunc-mnist")
+    overrides = {"seeds": (0, 1, 2, 3), "algorithms": ("random",), "data_dir": str(MNIST_DIR)}
+    setup = experiment.build(experiment.config(overrides))
+    kw = dict(test_data=setup.test, runs=4, runs_layout="loop")
+    args = (setup.task, setup.train, setup.algorithms["random"], setup.availability)
+    one, two = (fa.estimate_memory(*args, loop_workers=w, **kw).total for w in (1, 2))
+    assert one < two
+    monkeypatch.setattr(memory, "available_bytes", lambda mesh=None: (one + two) // 2)
+    [row] = experiments.plan(experiment, overrides)
+    assert row["estimated_bytes"] == one and row["seeds"] == [0, 1, 2, 3]
+    monkeypatch.setattr(memory, "available_bytes", lambda mesh=None: one - 1)
+    with pytest.raises(MemoryError, match="this run needs about"):
+        experiments.plan(experiment, overrides)
+    with pytest.raises(MemoryError, match="this run needs about"):  # before any compute
+        fa.simulate(*args, rounds=1, seed=[0, 1, 2, 3], runs_layout="loop",
+                    test_data=setup.test)
+
+
 def test_an_unknown_runs_layout_is_refused_by_name_before_compute(setting):
     task, fd = setting
     with pytest.raises(ValueError, match="runs_layout must be one of"):

@@ -330,11 +330,12 @@ def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None,
             setup.task, setup.train, algorithm, setup.availability, rounds, seeds,
             setup.eval_every_of(name, config), setup.test, None, 4096, None,
             config.get("train_eval_examples"))
-        estimate = memory.estimate_memory(
-            setup.task, setup.train, algorithm, setup.availability, test_data=test,
-            runs=len(seeds), mesh=mesh,
-            runs_layout=cohort.runs_layout(mesh=mesh if len(seeds) > 1 else None))
-        memory.check_fits(estimate, memory.available_bytes(mesh=mesh))
+        available = memory.available_bytes(mesh=mesh)
+        estimate, _ = memory.fitting_estimate(  # simulate's choice of runs at once
+            setup.task, setup.train, algorithm, setup.availability, available=available,
+            runs=len(seeds), runs_layout=cohort.runs_layout(mesh=mesh if len(seeds) > 1 else None),
+            test_data=test, mesh=mesh)
+        memory.check_fits(estimate, available)
         rows.append({"algorithm": name, "rounds": rounds, "seeds": seeds,
                      "estimated_bytes": estimate.total})
     return rows
