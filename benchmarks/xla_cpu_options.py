@@ -1,0 +1,113 @@
+"""Benchmark: the quickstart notebook's rounds under XLA:CPU's kernel-library options.
+
+The notebook's rounds (FedAvg, FedLaAvg and sequential SGD of MNIST logistic regression, N =
+1000, K = 100, C = 10 local steps of B = 5) are most of its time once the compilation cache
+holds its programs (``compile_cache.py``). Their small batched matmuls run at a fraction of the
+CPU's matmul rate. This benchmark asks whether another of XLA:CPU's dot back ends (YNNPACK, the
+default here; its single-dot mode; XLA's own emitter; XNNPACK; oneDNN) runs them faster. Each
+option runs in a fresh process (``XLA_FLAGS`` is read when JAX starts), the options interleaved
+over ``--repeats`` rounds of the list so that a drift of the machine touches them all. None of
+these options changes a result beyond float reordering (the final training losses are
+recorded to show it); fast-math options, which do, are left out.
+
+Usage::
+
+    python benchmarks/xla_cpu_options.py [--rounds 100] [--repeats 2]
+        [--out benchmarks/results/xla_cpu_options.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from _common import machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "xla_cpu_options.json"
+
+OPTIONS = {  # name -> XLA_FLAGS
+    "default (YNNPACK dot fusions)": "",
+    "YNNPACK single dots": "--xla_cpu_experimental_ynn_fusion_type=individual_dot",
+    "XLA's own dot emitter": "--xla_cpu_experimental_ynn_fusion_type=",
+    "XNNPACK dot fusions": "--xla_cpu_experimental_ynn_fusion_type= "
+                           "--xla_cpu_experimental_xnn_fusion_type=dot",
+    "oneDNN dot fusions": "--xla_cpu_experimental_ynn_fusion_type= "
+                          "--xla_cpu_experimental_onednn_fusion_type=dot",
+}
+
+CELL = """
+import json, sys
+import fedjax_avail as fa
+train, test = fa.data.load_mnist(sys.argv[1])
+fd = fa.data.one_label_per_client(train["x"], train["y"], 1000, seed=0)
+task = fa.tasks.logistic_regression(num_features=784, num_classes=10)
+availability = fa.availability.diurnal(fd.client_labels(), D=1, E=100)
+common = dict(clients_per_round=100, local_steps=10, batch_size=5)
+algorithms = {"fedavg": fa.algorithms.FedAvg(**common, client_lr=0.01),
+              "fedlaavg": fa.algorithms.FedLaAvg(**common, client_lr=0.01),
+              "sequential": fa.algorithms.SequentialSGD(**common, lr=0.01)}
+rounds = int(sys.argv[2])
+out = {}
+for name, algorithm in algorithms.items():
+    result = fa.simulate(task, fd, algorithm, availability, rounds=rounds, seed=0,
+                         eval_every=rounds, test_data=test)
+    out[name] = {"ms_per_round": result.timing["run"] / rounds * 1e3,
+                 "compile_s": result.timing["compile"],
+                 "train_loss": result.history["train_loss"][-1]}
+print(json.dumps(out))
+"""
+
+
+def _cell(flags: str, data_dir: str, rounds: int) -> dict:
+    env = {**os.environ, "XLA_FLAGS": flags}
+    done = subprocess.run([sys.executable, "-c", CELL, data_dir, str(rounds)], env=env,
+                          check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--data-dir", default=os.environ.get(
+        "FEDJAX_AVAIL_MNIST_DIR", str(REPO_ROOT.parent / "shared" / "data" / "mnist")))
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    runs: dict[str, list[dict]] = {name: [] for name in OPTIONS}
+    for _ in range(args.repeats):
+        for name, flags in OPTIONS.items():
+            runs[name].append(_cell(flags, args.data_dir, args.rounds))
+    algorithms = list(runs[next(iter(OPTIONS))][0])
+    results = {}
+    for name, cells in runs.items():
+        results[name] = {
+            "xla_flags": OPTIONS[name],
+            **{alg: {key: statistics.median(cell[alg][key] for cell in cells)
+                     for key in ("ms_per_round", "compile_s", "train_loss")}
+               for alg in algorithms},
+            "runs": cells,
+        }
+    default = results[next(iter(OPTIONS))]
+    print(f"{'option':32s}" + "".join(f"{alg:>22s}" for alg in algorithms))
+    for name, r in results.items():
+        cells = (f"{r[a]['ms_per_round']:9.2f} ms "
+                 f"({default[a]['ms_per_round'] / r[a]['ms_per_round']:4.2f}x)" for a in algorithms)
+        print(f"{name:32s}" + "".join(cells))
+    write_json(args.out, {"benchmark": "xla_cpu_options", "rounds": args.rounds,
+                          "repeats": args.repeats, "date": str(datetime.date.today()),
+                          "machine": machine_info(), "results": results})
+
+
+if __name__ == "__main__":
+    main()
