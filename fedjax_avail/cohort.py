@@ -242,23 +242,27 @@ def check_mesh(mesh: Any, num_clients: int) -> None:
 MODEL_FIELDS = ("params", "opt_state")  # an algorithm state's model and server optimizer
 
 
-def is_client_array(path: Any, leaf: Any, num_clients: int, axis: int = 0) -> bool:
-    """Whether a leaf of a state (at ``path``, a ``jax.tree_util`` key path) holds a row per
-    client: its axis ``axis`` has length N, and it is not under a field named in
-    ``MODEL_FIELDS`` (the model and the server optimizer's state are never per client, whatever
-    their shapes: a bias of 10 classes with N = 10 clients).
-    :func:`client_shardings` splits these arrays and :func:`fedjax_avail.estimate_memory`
-    counts them as per-client tables."""
+def client_axis(path: Any, leaf: Any, num_clients: int, axis: int = 0) -> int | None:
+    """The axis of a state leaf (at ``path``, a ``jax.tree_util`` key path) that holds one
+    entry per client: the first at or after ``axis`` (a leading runs axis comes before it)
+    whose length is N: 0 of an ``[N, P]`` table or ``[N]`` stamps, 1 of an availability trace
+    ``[T, N]``. None for a leaf without one, and for every leaf under a field named in
+    ``MODEL_FIELDS`` (the model and the server optimizer's state are never per client,
+    whatever their shapes: a bias of 10 classes with N = 10 clients). The first such axis is
+    taken where two have length N (a ``[T, N]`` trace with T = N is split over its rows).
+    :func:`client_shardings` splits leaves over it and :func:`fedjax_avail.estimate_memory`
+    counts them split."""
+    if any(getattr(key, "name", None) in MODEL_FIELDS for key in path):
+        return None
     shape = getattr(leaf, "shape", ())
-    return (len(shape) > axis and shape[axis] == num_clients
-            and not any(getattr(key, "name", None) in MODEL_FIELDS for key in path))
+    return next((i for i in range(axis, len(shape)) if shape[i] == num_clients), None)
 
 
 def client_shardings(tree: Any, num_clients: int, mesh: Any, axis: int = 0) -> Any:
-    """Shardings for a pytree on ``mesh``: client arrays (:func:`is_client_array`: tables,
-    stamps, availability state) are split over the mesh's ``"clients"`` axis; every other
-    array (the model, server arrays) is replicated, and so is everything on a mesh without a
-    ``"clients"`` axis.
+    """Shardings for a pytree on ``mesh``: client arrays (tables, stamps, availability state)
+    are split over the mesh's ``"clients"`` axis along their client axis
+    (:func:`client_axis`); every other array (the model, server arrays) is replicated, and so
+    is everything on a mesh without a ``"clients"`` axis.
     """
     from jax.sharding import NamedSharding, PartitionSpec
 
@@ -267,9 +271,10 @@ def client_shardings(tree: Any, num_clients: int, mesh: Any, axis: int = 0) -> A
         return jax.tree.map(lambda _: NamedSharding(mesh, PartitionSpec()), tree)
 
     def sharding(path, leaf):
-        if is_client_array(path, leaf, num_clients, axis):
-            return NamedSharding(mesh, PartitionSpec(*([None] * axis), CLIENTS))
-        return NamedSharding(mesh, PartitionSpec())
+        split = client_axis(path, leaf, num_clients, axis)
+        if split is None:
+            return NamedSharding(mesh, PartitionSpec())
+        return NamedSharding(mesh, PartitionSpec(*([None] * split), CLIENTS))
 
     return jax.tree_util.tree_map_with_path(sharding, tree)
 

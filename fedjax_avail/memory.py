@@ -200,13 +200,13 @@ def estimate_memory(
     tables, server = {}, 0
     for path, leaf in jax.tree_util.tree_leaves_with_path(state):
         size = math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize
-        if cohort_lib.is_client_array(path, leaf, num_clients):
+        if cohort_lib.client_axis(path, leaf, num_clients) is not None:
             tables[f"{jax.tree_util.keystr(path)} {list(leaf.shape)} {leaf.dtype}"] = size
         else:
             server += size
     avail = 0 if availability is None else sum(
-        tree_bytes(leaf) * (split_copies if cohort_lib.is_client_array(path, leaf, num_clients)
-                            else copies)
+        tree_bytes(leaf) * (copies if cohort_lib.client_axis(path, leaf, num_clients) is None
+                            else split_copies)
         for path, leaf in jax.tree_util.tree_leaves_with_path(jax.eval_shape(
             lambda k: availability.init(k, num_clients), key)))
     rows = data.arrays[next(iter(data.arrays))].shape[0]

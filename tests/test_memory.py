@@ -56,12 +56,15 @@ def test_a_model_of_the_client_axis_length_is_replicated_and_not_a_table():
     mesh = Mesh(np.array(jax.devices()[:1]), ("clients",))
     for axis, tree in ((0, state), (1, stacked)):
         split = PartitionSpec(*[None] * axis, "clients")
-        # as the engine places its carry: (state, availability cursor, health)
+        # as the engine places its carry: (state, availability cursor, health); a [T, N] trace
+        # is split over its second axis
         mask = jax.ShapeDtypeStruct((3,) * axis + (10,), np.bool_)
-        carry = (tree, {"mask": mask}, jax.ShapeDtypeStruct((), np.int32))
+        trace = jax.ShapeDtypeStruct((3,) * axis + (4, 10), np.bool_)
+        carry = (tree, {"mask": mask, "trace": trace}, jax.ShapeDtypeStruct((), np.int32))
         specs, cursor, health = jax.tree.map(
             lambda s: s.spec, fa.cohort.client_shardings(carry, 10, mesh, axis))
         assert (cursor["mask"], health) == (split, PartitionSpec()), axis
+        assert cursor["trace"] == PartitionSpec(*[None] * (axis + 1), "clients"), axis
         assert jax.tree.leaves(specs.params) == [PartitionSpec()] * 2, axis
         assert jax.tree.leaves(specs.opt_state) == [PartitionSpec()] * len(
             jax.tree.leaves(state.opt_state)), axis
@@ -70,6 +73,11 @@ def test_a_model_of_the_client_axis_length_is_replicated_and_not_a_table():
     est = fa.estimate_memory(task, fd, alg)
     assert sorted(est.tables) == [".last_round [10] int32", ".latest [10, 7850] float32",
                                   ".selection [10] int32"]
+    # over 2 devices of a "clients" axis a trace's [4, 10] bytes are held once in all, as split
+    trace = fa.availability.Trace(np.ones((4, 10), bool))
+    abstract = jax.sharding.AbstractMesh((2,), ("clients",))
+    assert fa.estimate_memory(task, fd, alg, trace, mesh=abstract).terms[
+        "availability_state"] == 4 * 10
 
 
 def test_the_loop_trains_the_most_runs_at_once_that_fit(monkeypatch):
