@@ -4,7 +4,8 @@
 JSON line: the final model, the history's last training loss, and the table's sharding. AXES is
 the mesh's axis names joined by commas (``clients``, ``cohort``; with DEVICES = 1 no mesh is
 used); ALGORITHM is one of ``ALGORITHMS``, ``@C`` after it training the cohort with
-``client_chunk=C``. With a process id it joins a ``jax.distributed`` run
+``client_chunk=C``, ``+trace`` after it replaying a ``[7, N]`` availability trace instead of
+Bernoulli(0.5). With a process id it joins a ``jax.distributed`` run
 on localhost (the CPU backend, Gloo collectives).
 """
 
@@ -18,6 +19,7 @@ os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
 import jax  # noqa: E402
 
 axes, (algorithm_name, _, chunk) = tuple(sys.argv[2].split(",")), sys.argv[3].partition("@")
+algorithm_name, _, availability_name = algorithm_name.partition("+")
 if len(sys.argv) > 4:
     process_id, processes, port = (int(a) for a in sys.argv[4:7])
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -30,6 +32,7 @@ from jax.flatten_util import ravel_pytree  # noqa: E402
 from jax.sharding import Mesh  # noqa: E402
 
 import fedjax_avail as fa  # noqa: E402
+from fedjax_avail import engine  # noqa: E402
 
 LOCAL = dict(local_steps=3, batch_size=4, client_lr=0.1)
 ALGORITHMS = {
@@ -51,7 +54,19 @@ def main() -> None:
     count = len(jax.devices())
     shape = (count,) if len(axes) == 1 else (2, count // 2)
     mesh = Mesh(np.array(jax.devices()).reshape(shape), axes) if len(jax.devices()) > 1 else None
-    result = fa.simulate(task, fd, alg, fa.availability.Bernoulli(0.5), rounds=20,
+    availability = fa.availability.Bernoulli(0.5)
+    placed = {}  # the shards of the trace as the engine places it (the carry is donated later)
+    if availability_name == "trace":
+        availability = fa.availability.Trace(np.random.default_rng(0).random((7, 40)) < 0.5)
+        place = engine._place
+
+        def spy(carry, *args):
+            carry, placement = place(carry, *args)
+            placed["trace"] = [list(s.data.shape) for s in carry[1].state.addressable_shards]
+            return carry, placement
+
+        engine._place = spy
+    result = fa.simulate(task, fd, alg, availability, rounds=20,
                          eval_every=10, test_data=test, mesh=mesh,
                          client_chunk=int(chunk) if chunk else "auto")
     params = multihost_utils.process_allgather(ravel_pytree(result.params)[0], tiled=True)
@@ -64,6 +79,7 @@ def main() -> None:
         "local_shards": [list(s.data.shape) for s in table.addressable_shards]
         if table is not None else None,
         "devices": len(jax.devices()),
+        "trace_shards": placed.get("trace"),
     }))
 
 

@@ -41,6 +41,16 @@ def test_sharded_client_axis_equals_one_device(one_device, devices):
     np.testing.assert_allclose(out["test"], one_device["test"], rtol=1e-6)
 
 
+def test_an_availability_trace_is_split_over_its_clients_and_changes_nothing():
+    """A [7, 40] trace is split over its 40 clients (20 on each of 2 devices), not copied whole
+    to each, nor split over its 7 rows; the run equals one device's."""
+    alone = _run("1", "clients", "fedlaavg+trace")
+    split = _run("2", "clients", "fedlaavg+trace")
+    assert (alone["trace_shards"], split["trace_shards"]) == ([[7, 40]], [[7, 20]] * 2)
+    np.testing.assert_allclose(split["params"], alone["params"], atol=1e-6)
+    assert split["train_loss"] == pytest.approx(alone["train_loss"], rel=1e-6)
+
+
 def test_two_processes_with_jax_distributed_equal_one_device(one_device):
     with socket.socket() as s:  # a free port on localhost for the coordinator
         s.bind(("127.0.0.1", 0))
