@@ -2,7 +2,8 @@
 
 Array kinds, by leading axis:
 
-* client arrays ``[N, ...]``: one row per client (stamps, latest-update buffers, data counts);
+* client arrays ``[N, ...]``: one row per client (stamps, latest-update buffers, data counts;
+  an availability trace ``[T, N]`` keeps its clients on its last axis: :func:`client_axis`);
 * cohort arrays ``[K, ...]``: one row per member of the round's cohort;
 * server arrays: no client axis (the global model, the running mean update);
 * run arrays ``[S, ...]``: several runs (seeds) of one configuration, the whole state stacked.
@@ -242,27 +243,34 @@ def check_mesh(mesh: Any, num_clients: int) -> None:
 MODEL_FIELDS = ("params", "opt_state")  # an algorithm state's model and server optimizer
 
 
-def client_axis(path: Any, leaf: Any, num_clients: int, axis: int = 0) -> int | None:
+def client_axis(path: Any, leaf: Any, num_clients: int, axis: int = 0,
+                availability: bool = False) -> int | None:
     """The axis of a state leaf (at ``path``, a ``jax.tree_util`` key path) that holds one
-    entry per client: the first at or after ``axis`` (a leading runs axis comes before it)
-    whose length is N: 0 of an ``[N, P]`` table or ``[N]`` stamps, 1 of an availability trace
-    ``[T, N]``. None for a leaf without one, and for every leaf under a field named in
-    ``MODEL_FIELDS`` (the model and the server optimizer's state are never per client,
-    whatever their shapes: a bias of 10 classes with N = 10 clients). The first such axis is
-    taken where two have length N (a ``[T, N]`` trace with T = N is split over its rows).
-    :func:`client_shardings` splits leaves over it and :func:`fedjax_avail.estimate_memory`
-    counts them split."""
+    entry per client, or None.
+
+    An algorithm's state keeps its clients on axis ``axis`` (0, or 1 after a leading runs
+    axis): ``[N, P]`` tables, ``[N]`` stamps. An availability process's state
+    (``availability``) keeps them on its last axis of length N: ``[N]`` thresholds, or a trace
+    ``[T, N]`` whose T slots come first (also when T = N). Leaves under a field named in
+    ``MODEL_FIELDS`` have none: the model and the server optimizer's state are never per
+    client, whatever their shapes (a bias of 10 classes with N = 10 clients).
+    :func:`client_shardings` splits leaves over this axis and
+    :func:`fedjax_avail.estimate_memory` counts them split."""
     if any(getattr(key, "name", None) in MODEL_FIELDS for key in path):
         return None
     shape = getattr(leaf, "shape", ())
-    return next((i for i in range(axis, len(shape)) if shape[i] == num_clients), None)
+    if availability:
+        return next((i for i in reversed(range(axis, len(shape)))
+                     if shape[i] == num_clients), None)
+    return axis if len(shape) > axis and shape[axis] == num_clients else None
 
 
-def client_shardings(tree: Any, num_clients: int, mesh: Any, axis: int = 0) -> Any:
-    """Shardings for a pytree on ``mesh``: client arrays (tables, stamps, availability state)
-    are split over the mesh's ``"clients"`` axis along their client axis
-    (:func:`client_axis`); every other array (the model, server arrays) is replicated, and so
-    is everything on a mesh without a ``"clients"`` axis.
+def client_shardings(tree: Any, num_clients: int, mesh: Any, axis: int = 0,
+                     availability: bool = False) -> Any:
+    """Shardings for a pytree on ``mesh``: client arrays (tables, stamps, an availability
+    process's state when ``availability``) are split over the mesh's ``"clients"`` axis along
+    their client axis (:func:`client_axis`); every other array (the model, server arrays) is
+    replicated, and so is everything on a mesh without a ``"clients"`` axis.
     """
     from jax.sharding import NamedSharding, PartitionSpec
 
@@ -271,7 +279,7 @@ def client_shardings(tree: Any, num_clients: int, mesh: Any, axis: int = 0) -> A
         return jax.tree.map(lambda _: NamedSharding(mesh, PartitionSpec()), tree)
 
     def sharding(path, leaf):
-        split = client_axis(path, leaf, num_clients, axis)
+        split = client_axis(path, leaf, num_clients, axis, availability)
         if split is None:
             return NamedSharding(mesh, PartitionSpec())
         return NamedSharding(mesh, PartitionSpec(*([None] * split), CLIENTS))

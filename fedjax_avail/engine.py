@@ -214,8 +214,11 @@ def _place(carry: Any, data: FederatedData, mesh: Mesh | None, several: bool
     drops its own carry: the placed one replaces it (never two states at once)."""
     if mesh is None:
         return carry, Placement(jax.device_put(data), None, None)
-    n = data.num_clients
-    carry_shardings = cohort_lib.client_shardings(carry, n, mesh, int(several))
+    n, axis = data.num_clients, int(several)
+    state, cursor, health = carry  # the availability cursor's state may be a [T, N] trace
+    carry_shardings = (cohort_lib.client_shardings(state, n, mesh, axis),
+                       cohort_lib.client_shardings(cursor, n, mesh, axis, availability=True),
+                       cohort_lib.client_shardings(health, n, mesh, axis))
     data_shardings = data.replace(
         arrays=cohort_lib.example_shardings(data.arrays, mesh),
         offsets=cohort_lib.client_shardings(data.offsets, n, mesh),

@@ -205,8 +205,8 @@ def estimate_memory(
         else:
             server += size
     avail = 0 if availability is None else sum(
-        tree_bytes(leaf) * (copies if cohort_lib.client_axis(path, leaf, num_clients) is None
-                            else split_copies)
+        tree_bytes(leaf) * (split_copies if cohort_lib.client_axis(
+            path, leaf, num_clients, availability=True) is not None else copies)
         for path, leaf in jax.tree_util.tree_leaves_with_path(jax.eval_shape(
             lambda k: availability.init(k, num_clients), key)))
     rows = data.arrays[next(iter(data.arrays))].shape[0]

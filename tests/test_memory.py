@@ -56,15 +56,7 @@ def test_a_model_of_the_client_axis_length_is_replicated_and_not_a_table():
     mesh = Mesh(np.array(jax.devices()[:1]), ("clients",))
     for axis, tree in ((0, state), (1, stacked)):
         split = PartitionSpec(*[None] * axis, "clients")
-        # as the engine places its carry: (state, availability cursor, health); a [T, N] trace
-        # is split over its second axis
-        mask = jax.ShapeDtypeStruct((3,) * axis + (10,), np.bool_)
-        trace = jax.ShapeDtypeStruct((3,) * axis + (4, 10), np.bool_)
-        carry = (tree, {"mask": mask, "trace": trace}, jax.ShapeDtypeStruct((), np.int32))
-        specs, cursor, health = jax.tree.map(
-            lambda s: s.spec, fa.cohort.client_shardings(carry, 10, mesh, axis))
-        assert (cursor["mask"], health) == (split, PartitionSpec()), axis
-        assert cursor["trace"] == PartitionSpec(*[None] * (axis + 1), "clients"), axis
+        specs = jax.tree.map(lambda s: s.spec, fa.cohort.client_shardings(tree, 10, mesh, axis))
         assert jax.tree.leaves(specs.params) == [PartitionSpec()] * 2, axis
         assert jax.tree.leaves(specs.opt_state) == [PartitionSpec()] * len(
             jax.tree.leaves(state.opt_state)), axis
@@ -73,6 +65,36 @@ def test_a_model_of_the_client_axis_length_is_replicated_and_not_a_table():
     est = fa.estimate_memory(task, fd, alg)
     assert sorted(est.tables) == [".last_round [10] int32", ".latest [10, 7850] float32",
                                   ".selection [10] int32"]
+
+
+def test_an_availability_trace_is_split_over_its_clients_and_a_model_history_is_not():
+    # An availability state keeps its clients on its last axis of length N: a trace [T, N] is
+    # split over its clients (it was copied whole, or split over its T rows when T = N), with
+    # or without a runs axis. An algorithm's state keeps them on its first: a model history
+    # [H, P] whose P happens to be N (4 x 2 + 2 = 10 parameters) is not a client array.
+    from jax.sharding import Mesh, PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices()[:1]), ("clients",))
+    for axis in (0, 1):
+        runs = (3,) * axis
+        cursor = {"mask": jax.ShapeDtypeStruct((*runs, 10), np.bool_),
+                  "trace": jax.ShapeDtypeStruct((*runs, 4, 10), np.bool_),
+                  "square": jax.ShapeDtypeStruct((*runs, 10, 10), np.bool_)}
+        specs = jax.tree.map(lambda s: s.spec, fa.cohort.client_shardings(
+            cursor, 10, mesh, axis, availability=True))
+        assert specs["mask"] == PartitionSpec(*[None] * axis, "clients"), axis
+        assert specs["trace"] == specs["square"] == PartitionSpec(*[None] * (axis + 1),
+                                                                  "clients"), axis
+    fd = fa.FederatedData(arrays={"x": np.zeros((10, 4), np.uint8), "y": np.zeros(10, np.int32)},
+                          offsets=np.arange(10, dtype=np.int32), counts=np.ones(10, np.int32))
+    task = fa.tasks.logistic_regression(4, 2)
+    alg = fa.algorithms.FedBuff(buffer_size=2, concurrency=3)
+    state = jax.eval_shape(lambda: alg.init(task.init(jax.random.PRNGKey(0)), 10))
+    history = jax.tree.leaves(state.store)[0]
+    assert history.shape[1] == 10 and history.shape[0] != 10
+    specs = fa.cohort.client_shardings(state, 10, mesh)
+    assert jax.tree.leaves(specs.store)[0].spec == PartitionSpec()
+    assert not any(name.startswith(".store") for name in fa.estimate_memory(task, fd, alg).tables)
     # over 2 devices of a "clients" axis a trace's [4, 10] bytes are held once in all, as split
     trace = fa.availability.Trace(np.ones((4, 10), bool))
     abstract = jax.sharding.AbstractMesh((2,), ("clients",))
