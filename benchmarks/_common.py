@@ -15,6 +15,31 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from fedjax_avail._io import atomic_write_text
+from fedjax_avail.data import MNIST_ENV
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# The quickstart notebook's main cell (notebooks/01_quickstart.ipynb: FedLaAvg Fig. 4's setting,
+# N = 1000, K = 100, C = 10, B = 5, diurnal E = 100) as source for a fresh process
+# (``python -c``), after it has set ``data_dir`` (the MNIST IDX folder): it defines ``test``,
+# ``fd``, ``task``, ``availability`` and ``algorithms`` (name -> algorithm).
+QUICKSTART_SETUP = """
+import fedjax_avail as fa
+train, test = fa.data.load_mnist(data_dir)
+fd = fa.data.one_label_per_client(train["x"], train["y"], 1000, seed=0)
+task = fa.tasks.logistic_regression(num_features=784, num_classes=10)
+availability = fa.availability.diurnal(fd.client_labels(), D=1, E=100)
+common = dict(clients_per_round=100, local_steps=10, batch_size=5)
+algorithms = {"fedavg": fa.algorithms.FedAvg(**common, client_lr=0.01),
+              "fedlaavg": fa.algorithms.FedLaAvg(**common, client_lr=0.01),
+              "sequential": fa.algorithms.SequentialSGD(**common, lr=0.01)}
+"""
+
+
+def default_data_dir() -> Path:
+    """``$FEDJAX_AVAIL_MNIST_DIR``, else ``shared/data/mnist`` next to the repository."""
+    env = os.environ.get(MNIST_ENV)
+    return Path(env) if env else REPO_ROOT.parent / "shared" / "data" / "mnist"
 
 
 def machine_info() -> dict[str, Any]:

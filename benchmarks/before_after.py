@@ -46,7 +46,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from _common import machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+from _common import default_data_dir, machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "before_after.json"  # named per algorithms
@@ -131,8 +131,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--algorithms", default="fedavg,fedlaavg")
-    parser.add_argument("--data-dir", default=os.environ.get(
-        "FEDJAX_AVAIL_MNIST_DIR", str(REPO_ROOT.parent / "shared" / "data" / "mnist")))
+    parser.add_argument("--data-dir", default=str(default_data_dir()))
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON result (default: results/before_after_<algorithms>.json)")
     return parser.parse_args(argv)

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import sys
 import time
 from pathlib import Path
@@ -41,7 +40,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from _common import ClientLoop, machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+from _common import ClientLoop, default_data_dir, machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
 from peers._timing import round_figures
 
 import fedjax_avail as fa
@@ -69,12 +68,6 @@ PAPER_CONTEXT = {
     "paper_hours_per_experiment_rtx2080ti": 10.0,
     "paper_source": "Yan et al., arXiv 2002.07399: about 10 h per experiment on an RTX 2080Ti",
 }
-
-
-def default_data_dir() -> Path:
-    """``$FEDJAX_AVAIL_MNIST_DIR``, else ``shared/data/mnist`` next to the repository."""
-    env = os.environ.get(fa.data.MNIST_ENV)
-    return Path(env) if env else REPO_ROOT.parent / "shared" / "data" / "mnist"
 
 
 

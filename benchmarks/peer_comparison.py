@@ -76,7 +76,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from _common import ClientLoop, machine_info, matmul_flop_per_s, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+from _common import ClientLoop, default_data_dir, machine_info, matmul_flop_per_s, write_json  # noqa: I001 (benchmarks/ is on sys.path)
 from flax import linen as nn
 from peers import cifar10_shape
 from peers._timing import round_figures
@@ -106,12 +106,6 @@ SEED = 0
 TARGET_SPEEDUP_VS_FEDJAX = 30.0
 TARGET_SPEEDUP_VS_FLOWER = 300.0
 TARGET_SPEEDUP_VS_PFL = 10.0
-
-
-def default_data_dir() -> Path:
-    """``$FEDJAX_AVAIL_MNIST_DIR``, else ``shared/data/mnist`` next to the repository."""
-    env = os.environ.get(fa.data.MNIST_ENV)
-    return Path(env) if env else REPO_ROOT.parent / "shared" / "data" / "mnist"
 
 
 def fedavg() -> fa.algorithms.FedAvg:

@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import time
 from pathlib import Path
 
-from _common import machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+from _common import default_data_dir, machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
 
 import fedjax_avail as fa
 
@@ -35,8 +34,7 @@ LAYOUTS = ("vmap", "map", "loop")
 
 
 def _mnist():
-    where = os.environ.get(fa.data.MNIST_ENV) or REPO.parent / "shared" / "data" / "mnist"
-    return fa.data.load_mnist(where)
+    return fa.data.load_mnist(default_data_dir())
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

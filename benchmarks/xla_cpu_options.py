@@ -28,9 +28,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _common import machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+from _common import QUICKSTART_SETUP, REPO_ROOT, default_data_dir, machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "xla_cpu_options.json"
 
 OPTIONS = {  # name -> XLA_FLAGS; the names say what they are on JAX 0.10.2, whose XLA:CPU
@@ -46,15 +45,8 @@ OPTIONS = {  # name -> XLA_FLAGS; the names say what they are on JAX 0.10.2, who
 
 CELL = """
 import json, sys
-import fedjax_avail as fa
-train, test = fa.data.load_mnist(sys.argv[1])
-fd = fa.data.one_label_per_client(train["x"], train["y"], 1000, seed=0)
-task = fa.tasks.logistic_regression(num_features=784, num_classes=10)
-availability = fa.availability.diurnal(fd.client_labels(), D=1, E=100)
-common = dict(clients_per_round=100, local_steps=10, batch_size=5)
-algorithms = {"fedavg": fa.algorithms.FedAvg(**common, client_lr=0.01),
-              "fedlaavg": fa.algorithms.FedLaAvg(**common, client_lr=0.01),
-              "sequential": fa.algorithms.SequentialSGD(**common, lr=0.01)}
+data_dir = sys.argv[1]
+""" + QUICKSTART_SETUP + """
 rounds = int(sys.argv[2])
 out = {}
 for name, algorithm in algorithms.items():
@@ -83,8 +75,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--data-dir", default=os.environ.get(
-        "FEDJAX_AVAIL_MNIST_DIR", str(REPO_ROOT.parent / "shared" / "data" / "mnist")))
+    parser.add_argument("--data-dir", default=str(default_data_dir()))
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     return parser.parse_args(argv)
 
