@@ -4,7 +4,7 @@ FedAvg training an MLP 784-200-200-10 (K = 40 of N = 100 random MNIST-shaped cli
 steps of B = 10) on a CPU made into 2 devices, its cohort trained in chunks of 4
 (``client_chunk=4``), in ``"auto"``'s chunks (2 members: ``fa.memory.client_chunks``; under
 the mesh, of each device's 20) or in one ``vmap``, with and without
-``mesh=fa.cohort.cohort_mesh(2)``:
+``mesh=fa.mesh.cohort_mesh(2)``:
 the engine's round time (compilation apart) and XLA's working set of a round, per layout, in
 one process one after the other, and the largest difference of each final model from the
 one-device chunked run's.
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
                                client_lr=0.05)
     results, reference = {}, None
     for devices, chunk in ((1, 4), (2, 4), (2, "auto"), (2, None), (1, "auto"), (1, None)):
-        mesh = fa.cohort.cohort_mesh(devices) if devices > 1 else None
+        mesh = fa.mesh.cohort_mesh(devices) if devices > 1 else None
         times = []
         for _ in range(args.repeats):
             r = fa.simulate(task, fd, alg, fa.availability.AlwaysOn(), rounds=args.rounds,

@@ -15,7 +15,7 @@ Measured, one after the other in this one run (nothing else of the benchmark run
   the best (smallest) of the engine's own ``timing["s_per_round"]`` (rounds only: compilation
   and evaluation excluded).
 * **ours_cores**: the same, each round's cohort split over ``--devices`` CPU devices (default:
-  one per core; ``fa.cohort.cohort_mesh``, what ``fedjax-avail run --devices D`` does), in a
+  one per core; ``fa.mesh.cohort_mesh``, what ``fedjax-avail run --devices D`` does), in a
   child process (JAX fixes its CPU device count when it starts).
 * **cifar10_shape** (unless ``--no-cifar``): pfl's CIFAR-10 benchmark shape
   (``peers/cifar10_shape.py``), ours with the cohort in one ``vmap``, one client at a time
@@ -120,7 +120,7 @@ def run_ours(task: fa.Task, fd: fa.FederatedData, rounds: int, repeats: int,
              devices: int | None = None) -> dict[str, Any]:
     """Times ``fa.simulate`` ``repeats`` times; ``s_per_round`` is the best engine round time.
     With ``devices``, the cohort is split over that many devices (``cohort_mesh``)."""
-    mesh = None if devices is None else fa.cohort.cohort_mesh(devices)
+    mesh = None if devices is None else fa.mesh.cohort_mesh(devices)
     runs = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -188,7 +188,7 @@ def run_ours_cifar10(fd: fa.FederatedData, rounds: int, repeats: int,
     (None: all 50 under ``vmap``; ``"auto"``: ``simulate``'s default); with ``devices``, the
     cohort split over that many devices (``cohort_mesh``). ``s_per_round`` is the best of
     ``repeats`` runs of ``rounds`` rounds."""
-    mesh = None if devices is None else fa.cohort.cohort_mesh(devices)
+    mesh = None if devices is None else fa.mesh.cohort_mesh(devices)
     task = fa.tasks.classification(PflSimpleCNN(), cifar10_shape.IMAGE_SHAPE)
     algorithm = fa.algorithms.FedAvg(
         clients_per_round=cifar10_shape.COHORT, local_steps=cifar10_shape.LOCAL_STEPS,
@@ -197,8 +197,9 @@ def run_ours_cifar10(fd: fa.FederatedData, rounds: int, repeats: int,
     runs = []
     for _ in range(repeats):
         result = fa.simulate(task, fd, algorithm, fa.availability.AlwaysOn(), rounds=rounds,
-                             seed=SEED, eval_every=rounds, client_chunk=client_chunk,
-                             train_eval_examples=5000, mesh=mesh)
+                             seed=SEED, client_chunk=client_chunk, mesh=mesh,
+                             callbacks=[fa.callbacks.Evaluation(every=rounds,
+                                                                train_examples=5000)])
         runs.append({"compile_s": result.timing["compile"], "run_s": result.timing["run"],
                      "eval_s": result.timing["eval"], "s_per_round": result.timing["s_per_round"],
                      "train_loss": float(result.history.rows[-1]["train_loss"])})

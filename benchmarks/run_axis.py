@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
         "benchmark": "run_axis",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(), "rounds": rounds, "seeds": count,
-        "auto_layout": fa.cohort.runs_layout("auto"), "rows": rows})
+        "auto_layout": fa.runs.runs_layout("auto"), "rows": rows})
     print(f"wrote {args.out}")
 
 

@@ -84,7 +84,9 @@ def _time(task, fd, algorithm, rounds: int, repeats: int, warmup: bool = True,
     best = None
     for i in range(repeats + int(warmup)):
         result = fa.simulate(task, fd, algorithm, fa.availability.Bernoulli(0.5), rounds=rounds,
-                             eval_every=rounds, train_eval_examples=2000, **kwargs)
+                             callbacks=[fa.callbacks.Evaluation(every=rounds,
+                                                                train_examples=2000)],
+                             **kwargs)
         if (i or not warmup) and (best is None or result.timing["run"] < best.timing["run"]):
             best = result
         del result

@@ -13,22 +13,25 @@ from fedjax_avail import (
     data,
     fairness,
     local,
+    mesh,
     runs,
     selection,
     server,
+    tables,
     tasks,
     testing,
+    timeline,
 )
 from fedjax_avail._lock import DirectoryBusyError
+from fedjax_avail._version import __version__
 from fedjax_avail.compilation_cache import enable_compilation_cache
 from fedjax_avail.data import FederatedData
 from fedjax_avail.engine import simulate
 from fedjax_avail.history import History
 from fedjax_avail.memory import MemoryEstimate, estimate_memory
 from fedjax_avail.results import DivergenceError, Interrupted, Result, StalledError
+from fedjax_avail.run import Run
 from fedjax_avail.tasks import Task
-
-__version__ = "0.1.0"
 
 __all__ = [
     "DirectoryBusyError",
@@ -38,6 +41,7 @@ __all__ = [
     "Interrupted",
     "MemoryEstimate",
     "Result",
+    "Run",
     "StalledError",
     "Task",
     "__version__",
@@ -51,10 +55,13 @@ __all__ = [
     "estimate_memory",
     "fairness",
     "local",
+    "mesh",
     "runs",
     "selection",
     "server",
     "simulate",
+    "tables",
     "tasks",
     "testing",
+    "timeline",
 ]

@@ -31,10 +31,12 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal, TypeVar, Union
 
+import jax
 import numpy as np
 
 __all__ = ["Annotated", "ArgumentTypeError", "Count", "Fraction", "Index", "NonNegative",
-           "Positive", "Probability", "Range", "Seed", "check_fields", "check_value", "checked"]
+           "Positive", "Probability", "Range", "Seed", "Static", "check_fields", "check_value",
+           "checked"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +74,15 @@ class Range:
         if self.high is not None:
             return self.high if self.high_open else self.high + 1
         return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Static:
+    """Marks a real-valued field that shapes the compiled program (``why``: what it sets), so
+    that runs on one runs axis (:mod:`fedjax_avail.runs`) must share it, as they share every
+    integer: ``over_selection: Annotated[float, Range(1), Static("the cohort's size")]``."""
+
+    why: str
 
 
 # The ranges most parameters share.
@@ -122,6 +133,22 @@ def check_client_chunk(value: Any) -> None:
 # --- the annotation-driven layer ---------------------------------------------------------------
 
 
+def real_field(owner: type, name: str) -> bool:
+    """Whether field ``name`` of the dataclass ``owner`` is annotated as a real number
+    (``float``, possibly with a range, or ``float | None``)."""
+    base, _ = _split(_hints(owner).get(name, Any))
+    members = [m for m in (_members(base) or (base,)) if m is not type(None)]
+    return len(members) == 1 and _split(members[0])[0] is float
+
+
+def static_reason(owner: type, name: str) -> str | None:
+    """What the field ``name`` of ``owner`` sets when it is marked :class:`Static`, else None."""
+    hint = _hints(owner).get(name)
+    if typing.get_origin(hint) is not Annotated:
+        return None
+    return next((e.why for e in typing.get_args(hint)[1:] if isinstance(e, Static)), None)
+
+
 def _split(hint: Any) -> tuple[Any, list[Range]]:
     """``Annotated[T, Range(...)]`` -> (T, [Range]); anything else -> (hint, [])."""
     if typing.get_origin(hint) is Annotated:
@@ -170,7 +197,7 @@ def _describe_one(base: Any) -> str:
         text = (f"an object with {' and '.join(_protocol_methods(base))} methods (an "
                 f"{base.__name__})")
     elif isinstance(base, type):
-        text = f"a {base.__name__}"
+        text = f"{'an' if base.__name__[0] in 'AEIOU' else 'a'} {base.__name__}"
     else:
         text = str(base)
     return text
@@ -270,7 +297,13 @@ def _item_hint(sequence: Any) -> Any:
 
 
 def check_value(name: str, value: Any, hint: Any) -> None:
-    """Raises TypeError or ValueError, naming ``name``, unless ``value`` fits ``hint``."""
+    """Raises TypeError or ValueError, naming ``name``, unless ``value`` fits ``hint``.
+
+    A traced value passes: it is one run's hyperparameter inside a compiled program
+    (:func:`fedjax_avail.runs.bind`), checked on the host when the runs were made.
+    """
+    if isinstance(value, jax.core.Tracer):
+        return
     if isinstance(value, type) and hint is not type:
         raise ArgumentTypeError(f"{name} must be an instance, not the class {value.__name__} "
                                 f"(write {value.__name__}(...))")

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fedjax_avail._version import __version__
+
 _PACKAGES = ("fedjax_avail", "jax", "jaxlib", "flax", "optax", "numpy", "orbax-checkpoint")
 
 
@@ -61,9 +63,7 @@ def code() -> dict[str, str | None]:
     """This package's code as loaded: its version and source digest (what a checkpoint's
     fingerprint compares: a run resumed under other code would equal neither code's
     uninterrupted run) and, for people, the git commit (:func:`git_commit`)."""
-    import fedjax_avail
-
-    return {"fedjax_avail_version": fedjax_avail.__version__, "fedjax_avail_source": _LOADED,
+    return {"fedjax_avail_version": __version__, "fedjax_avail_source": _LOADED,
             "fedjax_avail_commit": git_commit()}
 
 

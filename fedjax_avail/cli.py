@@ -293,7 +293,7 @@ def _mesh(devices: int | None):
         raise UserError(f"--devices must be an integer >= 1, got {devices}")
     import jax
 
-    from fedjax_avail.cohort import cohort_mesh
+    from fedjax_avail.mesh import cohort_mesh
 
     try:  # only possible before JAX has started a backend; it affects the CPU backend alone
         jax.config.update("jax_num_cpu_devices", devices)
@@ -310,7 +310,7 @@ def _planned_mesh(devices: int | None):
         return _mesh(devices)
     import jax
 
-    from fedjax_avail.cohort import COHORT
+    from fedjax_avail.mesh import COHORT
 
     if jax.default_backend() == "cpu":
         return jax.sharding.AbstractMesh((devices,), (COHORT,))

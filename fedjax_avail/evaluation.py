@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-import time
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -12,12 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_avail import cohort as cohort_lib
+from fedjax_avail import runs as runs_lib
 from fedjax_avail._host import to_host
-from fedjax_avail.callbacks import Run
 from fedjax_avail.data import FederatedData
-from fedjax_avail.fairness import fairness_metrics
-from fedjax_avail.history import round_columns
 from fedjax_avail.tasks import Task
 
 
@@ -69,7 +64,7 @@ def make_evaluator(
 
 def _jitted(fn: Callable[..., Any], runs: bool) -> Any:
     """``jax.jit`` of ``fn(params, arrays)``, over a stack of models ``[S, ...]`` if ``runs``."""
-    return jax.jit(cohort_lib.map_runs(fn, in_axes=(0, None)) if runs else fn)
+    return jax.jit(runs_lib.map_runs(fn, in_axes=(0, None)) if runs else fn)
 
 
 # task -> {(builder, layout): jitted function}; an entry lives as long as its task
@@ -193,23 +188,18 @@ def _client_means(loss: Callable[..., Any], metrics: Callable[..., Any] | None, 
     return _jitted(evaluate, runs)
 
 
-class RunEvaluation:
-    """A run's history rows: the evaluators of the training (and test) data, scored together.
-
-    Each row holds ``round``, the summary of the per-round metrics since the last row
-    (:func:`fedjax_avail.history.round_columns`), ``train_loss`` and ``train_<metric>`` over
-    the training examples (or ``train_examples`` evenly spaced rows of them), the same with
-    ``test_`` for ``test_arrays``, and the fairness metrics of per-client test accuracies when
-    ``test_data`` is a ``FederatedData``. A diverged run is not scored: its row is ``round``
-    and NaN in every column its history has.
+class Evaluators:
+    """The compiled evaluators of a run: the training data, the test data, each client's test
+    split (fairness), scored together on one model (or a stack of models ``[S, ...]``).
 
     Args:
       task: the task.
       train: the clients' training data, on the device.
       test_arrays: held-out examples ``[M, ...]``, or None.
-      test_data: ``simulate``'s ``test_data`` (a ``FederatedData`` adds fairness metrics).
+      test_data: ``simulate``'s ``test_data`` (a ``FederatedData`` adds the per-client scores).
       batch_size: examples per evaluation block.
-      train_examples: evaluate training metrics on this many evenly spaced examples (None: all).
+      train_examples: evaluate training metrics on this many evenly spaced examples
+        (rows ``round(i M / n)``, every client's share in proportion; None: all).
       runs: models have a leading runs axis.
       mesh: ``simulate``'s device mesh: the test examples are put on its devices once (a copy
         on each, as the models), not sent to them at every evaluation; None: the default
@@ -234,39 +224,14 @@ class RunEvaluation:
         self.per_client = None  # each client's own test split: fairness at every evaluation
         if isinstance(test_data, FederatedData) and task.metrics is not None:
             self.per_client = make_client_evaluator(task, test_data, batch_size, runs)
-        self.runs = runs
 
     def compile(self, params: Any) -> None:
         for evaluator in [*self.splits.values(), *([self.per_client] if self.per_client else [])]:
             evaluator.compile(params)
 
-    def __call__(self, run: Run) -> list[dict[str, float]]:
-        """Appends each run's row at ``run.done`` to its history and returns the new rows."""
-        start = time.perf_counter()
-        scored = any(r is None for r in run.diverged)
-        values = {split: to_host(ev(run.params)) for split, ev in self.splits.items()
-                  } if scored else {}
-        clients = to_host(self.per_client(run.params)) if self.per_client and scored else None
-        pending = run.round_metrics(run.chunks[run.reported_chunks:])
-        rows = []
-        for i, history in enumerate(run.histories):
-            row: dict[str, float] = {"round": run.done}
-            if run.diverged[i] is not None:  # a non-finite model is not scored: its metrics lie
-                row.update({name: math.nan for name in history.columns if name != "round"})
-            else:
-                if run.done:
-                    row.update(round_columns(pending[i]))
-                else:
-                    row["virtual_time"] = 0.0  # every run starts at time 0
-                for split, split_values in values.items():
-                    for k in ["loss", *(k for k in split_values if k != "loss")]:
-                        v = split_values[k]
-                        row[f"{split}_{k}"] = float(v[i] if self.runs else v)
-                if clients is not None and "accuracy" in clients:
-                    acc = clients["accuracy"][i] if self.runs else clients["accuracy"]
-                    row.update({f"test_{k}": v for k, v in fairness_metrics(acc).items()})
-            history.append(row)
-            rows.append(row)
-        run.reported_chunks = len(run.chunks)
-        run.timing["eval"] += time.perf_counter() - start
-        return rows
+    def __call__(self, params: Any) -> tuple[dict[str, dict[str, np.ndarray]],
+                                             dict[str, np.ndarray] | None]:
+        """``({split: {"loss": ..., **metrics}}, per-client values or None)`` on the host,
+        each value with a leading runs axis when ``runs``."""
+        values = {split: to_host(ev(params)) for split, ev in self.splits.items()}
+        return values, to_host(self.per_client(params)) if self.per_client else None

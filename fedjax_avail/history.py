@@ -92,19 +92,3 @@ def round_columns(metrics: dict[str, np.ndarray]) -> dict[str, float]:
         row["staleness_mean"] = float(staleness.mean()) if staleness.size else math.nan
         row["staleness_max"] = float(staleness.max()) if staleness.size else math.nan
     return row
-
-
-def within_budget(history: History, metrics: dict[str, np.ndarray]
-                  ) -> tuple[History, dict[str, np.ndarray]]:
-    """A budgeted run's record cut at its last round: ``metrics`` (``[rounds]`` each, with the
-    ``IN_BUDGET`` flag) keep the rounds that ran; ``history`` keeps its rows up to that round,
-    and the first row after it (an evaluation of the same, unchanged model) is labelled with it.
-    """
-    ran = np.asarray(metrics[IN_BUDGET], bool)
-    done = int(ran.sum())  # the rounds that ran are a prefix
-    metrics = {k: np.asarray(v)[:done] for k, v in metrics.items() if k != IN_BUDGET}
-    rows = [row for row in history.rows if row["round"] <= done]
-    later = [row for row in history.rows if row["round"] > done]
-    if later and (not rows or rows[-1]["round"] != done):
-        rows.append(dict(later[0], round=done))
-    return History(rows), metrics

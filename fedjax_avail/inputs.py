@@ -25,7 +25,8 @@ from fedjax_avail.availability import AvailabilityProcess, check_reports_forward
 from fedjax_avail.data import FederatedData
 from fedjax_avail.tasks import Task
 
-__all__ = ["MAX_ROUNDS", "check_int", "check_optional_int", "check_simulate_args", "is_int"]
+__all__ = ["MAX_ROUNDS", "check_int", "check_optional_int", "check_simulate_args", "is_int",
+           "process_state"]
 
 MAX_ROUNDS = 2**24  # participation stamps are ranked as float32 (selection), exact below 2^24
 
@@ -61,11 +62,10 @@ def test_arrays(test_data: Any) -> dict[str, np.ndarray | jax.Array] | None:
     return arrays
 
 
-def check_simulate_args(
-    task, data, algorithm, availability, rounds, seed, eval_every, test_data, client_chunk,
-    eval_batch_size, checkpoint_every, train_eval_examples=None,
-) -> dict[str, np.ndarray | jax.Array] | None:
-    """Every check of ``simulate``'s arguments; returns the checked test arrays (or None)."""
+def check_simulate_args(task: Any, data: Any, algorithm: Any, availability: Any, rounds: Any,
+                        seeds: list[Any], client_chunk: Any) -> None:
+    """Every check of ``simulate``'s arguments but the evaluation's (its callback checks its
+    own: :class:`fedjax_avail.callbacks.Evaluation`)."""
     if not isinstance(task, Task):
         raise TypeError(f"task must be a fedjax_avail.Task, got {type(task).__name__}")
     if not isinstance(data, FederatedData):
@@ -73,39 +73,34 @@ def check_simulate_args(
     check_value("algorithm", algorithm, Algorithm)
     check_value("availability", availability, AvailabilityProcess)
     check_int("rounds", rounds, 1, MAX_ROUNDS)
-    check_int("eval_every", eval_every)
-    seeds = seed if isinstance(seed, (list, tuple)) else [seed]
-    if not seeds:
-        raise ValueError("seed must be an integer or a non-empty list of integers, got []")
     for value in seeds:  # PRNGKey(seed) keeps 32 bits without x64
         if not is_int(value) or not 0 <= value < 2**32:
             raise ValueError(f"seed must be an integer in [0, 2^32) (or a list of them), got "
                              f"{value!r}")
-
     check_client_chunk(client_chunk)
-    check_int("eval_batch_size", eval_batch_size)
-    check_optional_int("checkpoint_every", checkpoint_every)
-    check_optional_int("train_eval_examples", train_eval_examples)
-    test = test_arrays(test_data)
     check_finite(data.arrays, "data.arrays")
-    if test is not None:
-        check_finite(test, "test_data")
     if task.validate is not None:
         task.validate(data.arrays, "data.arrays")
-        if test is not None:
-            task.validate(test, "test_data")
     check_availability(availability)
     check_algorithm(algorithm, data.num_clients)
-    return test
 
 
-def check_algorithm(algorithm, num_clients: int) -> None:
-    """An algorithm's own checks against N (``validate``)."""
-    check_value("algorithm", algorithm, Algorithm)
+def check_algorithm(algorithm: Any, num_clients: int, name: str = "algorithm") -> None:
+    """An algorithm's type and its own checks against N (``validate``)."""
+    check_value(name, algorithm, Algorithm)
     algorithm.validate(num_clients)
 
 
-def check_availability(availability) -> None:
+def check_availability(availability: Any, name: str = "availability") -> None:
     """An availability process's interface, and drop-outs not hidden in a wrapper."""
-    check_value("availability", availability, AvailabilityProcess)
+    check_value(name, availability, AvailabilityProcess)
     check_reports_forwarded(availability)
+
+
+def process_state(process: Any, key: Any, num_clients: int, name: str = "availability") -> Any:
+    """``process.init(key, num_clients)``, its refusal named as ``name`` (the list entry of a
+    runs axis's processes, ``availability[1]``)."""
+    try:
+        return process.init(key, num_clients)
+    except ValueError as error:
+        raise ValueError(f"{name} ({type(process).__name__}): {error}") from None

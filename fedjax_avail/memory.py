@@ -10,7 +10,7 @@ A run holds on the device, for its whole length:
 * **availability state**: ``[N]`` thresholds or stamps, or a ``[T, N]`` trace table;
 
 and, while a round runs, the **cohort's updates**: the ``[K, P]`` float32 arrays the round
-holds together after training, however the cohort is chunked (``algorithm.cohort_copies`` of
+holds together after training, however the cohort is chunked (its ``Footprint.copies`` of
 them: FedAvg's deltas alone; an asynchronous update's results and their start models, 2;
 FedLaAvg's and MIFA's deltas and table rows, 4); the **cohort working set**: what training
 holds beyond those buffers (XLA reuses them): the stack of all K deltas and, for each client
@@ -51,12 +51,12 @@ import numpy as np
 from jax.extend import core as jax_core
 
 from fedjax_avail import _keys
-from fedjax_avail import cohort as cohort_lib
+from fedjax_avail import mesh as mesh_lib
+from fedjax_avail import runs as runs_lib
 from fedjax_avail._checks import check_client_chunk, check_int, check_optional_int
 from fedjax_avail.data import FederatedData
 from fedjax_avail.local import block_width, flat_size
-from fedjax_avail.selection import DivFL, PowerOfChoice
-from fedjax_avail.selection._submodular import ALL_CLIENTS_CHUNK
+from fedjax_avail.selection import FullBatchPass
 from fedjax_avail.tasks import Task
 
 # A CPU trains the cohort in chunks of at most this many bytes of members' working sets
@@ -148,7 +148,7 @@ def estimate_memory(
         runs_layout`): ``"vmap"`` trains them at once (the working sets S times larger),
         ``"map"`` one after the other (one run's working sets) holding a second copy of every
         run's state (``lax.map``'s stacked output), ``"loop"``
-        :func:`fedjax_avail.cohort.loop_workers` at once (their working sets, and one more
+        :func:`fedjax_avail.runs.loop_workers` at once (their working sets, and one more
         copy of each one's state: the slices being trained).
       mesh: ``simulate``'s device mesh. The terms are totals over its devices (a CPU's
         devices share its memory; :func:`available_bytes` sums accelerators'): each device
@@ -158,7 +158,7 @@ def estimate_memory(
         ``"auto"``'s chunk: :func:`client_chunks`), and the devices of the other axes each
         train the whole cohort again.
       loop_workers: the runs a ``"loop"`` layout trains at once (default
-        :func:`fedjax_avail.cohort.loop_workers`; ``simulate`` lowers it until the run fits:
+        :func:`fedjax_avail.runs.loop_workers`; ``simulate`` lowers it until the run fits:
         :func:`fitting_estimate`).
 
     Returns:
@@ -185,7 +185,7 @@ def estimate_memory(
     # for them, so every run trains as its separate run does), "map" one
     check_optional_int("loop_workers", loop_workers)
     workers = 1 if runs_layout != "loop" or runs == 1 else min(
-        runs, loop_workers or cohort_lib.loop_workers(runs))
+        runs, loop_workers or runs_lib.loop_workers(runs))
     at_once = runs if runs_layout == "vmap" else workers
     # extra run states alive: "map" stacks every run's new state beside the old one (lax.map
     # cannot write over its input), "loop" holds the slices of the runs being trained
@@ -194,18 +194,18 @@ def estimate_memory(
     key, params = _shaped_params(task)
     num_params = flat_size(params)
     # under a mesh every device holds a copy of an array, or its part of one split over the
-    # "clients" axis (fedjax_avail.cohort.client_shardings, example_shardings)
+    # "clients" axis (fedjax_avail.mesh.client_shardings, example_shardings)
     copies, split_copies, clients_axis = device_copies(mesh)
     state = jax.eval_shape(lambda: algorithm.init(params, num_clients))
     tables, server = {}, 0
     for path, leaf in jax.tree_util.tree_leaves_with_path(state):
         size = math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize
-        if cohort_lib.client_axis(path, leaf, num_clients) is not None:
+        if mesh_lib.client_axis(path, leaf, num_clients) is not None:
             tables[f"{jax.tree_util.keystr(path)} {list(leaf.shape)} {leaf.dtype}"] = size
         else:
             server += size
     avail = 0 if availability is None else sum(
-        tree_bytes(leaf) * (split_copies if cohort_lib.client_axis(
+        tree_bytes(leaf) * (split_copies if mesh_lib.client_axis(
             path, leaf, num_clients, availability=True) is not None else copies)
         for path, leaf in jax.tree_util.tree_leaves_with_path(jax.eval_shape(
             lambda k: availability.init(k, num_clients), key)))
@@ -216,18 +216,18 @@ def estimate_memory(
     train_chunk, full_batch_chunk = client_chunks(
         client_chunk, task, data, algorithm, mesh=mesh,
         runs_at_once=runs if runs_layout == "vmap" else 1)
-    cohort = cohort_size(algorithm, num_clients)
+    footprint = algorithm.footprint(num_clients)
+    cohort = footprint.largest
     # Phases one after another, XLA reusing the buffers of one in the next: training (the
     # [K, P] results, the start models an asynchronous update trains from, and the members in
     # flight: under a "cohort" mesh axis, the cohort padded to D shares, each device training
-    # its own chunk of its share), then aggregation (cohort_copies [K, P] arrays)
+    # its own chunk of its share), then aggregation (the footprint's copies [K, P] arrays)
     devices = cohort_devices(mesh)
     share = -(-cohort // devices)
     in_flight = devices * min(share, train_chunk or share)
-    starts = getattr(algorithm, "cohort_starts", 0)
-    training = (1 + starts) * devices * share * num_params * 4 + in_flight * (
-        _member_bytes(task, params, data, algorithm) - num_params * 4)
-    updates = getattr(algorithm, "cohort_copies", 1) * cohort * num_params * 4
+    training = (1 + footprint.starts) * devices * share * num_params * 4 + in_flight * (
+        _member_bytes(task, params, data, footprint.batch_size) - num_params * 4)
+    updates = footprint.copies * cohort * num_params * 4
     working = max(0, training - updates)
     terms = {
         "data": data_bytes,
@@ -240,8 +240,7 @@ def estimate_memory(
         "cohort_updates": at_once * updates * (copies // devices),
         "cohort_working_set": at_once * working * (copies // devices),
         "full_batch_working_set": at_once * (copies // devices) * full_batch_bytes(
-            task, data, params, getattr(algorithm, "selection", None),
-            cohort_size(algorithm, num_clients), full_batch_chunk, devices),
+            task, data, params, footprint.full_batch, full_batch_chunk, devices),
     }
     return MemoryEstimate(terms, {name: runs * size * split_copies
                                   for name, size in tables.items()})
@@ -257,7 +256,7 @@ def fitting_estimate(
     mesh: Any = None,
 ) -> tuple[MemoryEstimate, int]:
     """:func:`estimate_memory` for the runs a ``"loop"`` layout trains at once, lowered from
-    :func:`fedjax_avail.cohort.loop_workers` until the estimate fits in ``available`` bytes
+    :func:`fedjax_avail.runs.loop_workers` until the estimate fits in ``available`` bytes
     (or one is left): ``(estimate, loop workers)``; the workers are 1 for the other layouts
     and for one run. ``simulate`` chooses its loop's workers with it and the CLI's
     ``--dry-run`` (:func:`fedjax_avail.experiments.plan`) checks with it, so a dry run refuses
@@ -268,7 +267,7 @@ def fitting_estimate(
         as for :func:`estimate_memory` (the layout resolved).
       available: free bytes (:func:`available_bytes`); None: unknown, all workers.
     """
-    workers = cohort_lib.loop_workers(runs) if runs > 1 and runs_layout == "loop" else 1
+    workers = runs_lib.loop_workers(runs) if runs > 1 and runs_layout == "loop" else 1
     while True:
         estimate = estimate_memory(task, data, algorithm, availability, test_data=test_data,
                                    client_chunk=client_chunk, runs=runs, runs_layout=runs_layout,
@@ -284,7 +283,7 @@ def _shaped_params(task: Task) -> tuple[Any, Any]:
     return key, jax.eval_shape(task.init, key)
 
 
-def _member_bytes(task: Task, params: Any, data: FederatedData, algorithm: Any) -> int:
+def _member_bytes(task: Task, params: Any, data: FederatedData, batch: int) -> int:
     """Bytes one cohort member's local training holds, its delta included: ``_WORKING_COPIES``
     + 1 P-sized float32 vectors, one batch of B examples as float32 and the model's activations
     for it (:func:`_layer_outputs` of the loss traced on B rows, as training calls it; once:
@@ -299,7 +298,6 @@ def _member_bytes(task: Task, params: Any, data: FederatedData, algorithm: Any) 
     in one ``vmap`` (1.3-2.0x for logistic regression and the MLP, whose members XLA trains
     in fewer copies)."""
     example = sum(math.prod(np.shape(a)[1:]) for a in data.arrays.values())
-    batch = getattr(algorithm, "batch_size", 1)
     rows = {name: jax.ShapeDtypeStruct((batch, *np.shape(a)[1:]), np.dtype(a.dtype))
             for name, a in data.arrays.items()}
     activations = _layer_outputs(jax.make_jaxpr(task.loss)(params, rows).jaxpr, True)
@@ -340,32 +338,28 @@ def client_chunks(
         return client_chunk, client_chunk
     if (backend or _platform(mesh)) != "cpu":
         return None, None
-    member = _member_bytes(task, _shaped_params(task)[1], data, algorithm) * runs_at_once
+    footprint = algorithm.footprint(data.num_clients)
+    member = _member_bytes(task, _shaped_params(task)[1], data,
+                           footprint.batch_size) * runs_at_once
     most = max(1, CPU_CHUNK_BYTES // member)
-    n, devices = data.num_clients, cohort_devices(mesh)
-    if most >= -(-cohort_size(algorithm, n) // devices):
+    devices = cohort_devices(mesh)
+    if most >= -(-footprint.largest // devices):
         return None, None
     # a round's K (a device's share of it) in the fewest even chunks of at most `most` (the
     # split block_width makes of a client's rows); MIFA's authors-code fill round of all N
     # reuses the chunk
-    k = getattr(algorithm, "clients_per_round", None) or cohort_size(algorithm, n)
-    share = -(-k // devices)
+    share = -(-footprint.cohort // devices)
     train = block_width(share, most) if share > most else most
-    passes = full_batch_passes(getattr(algorithm, "selection", None), k, n, None)
-    return train, None if passes else train
+    return train, None if footprint.full_batch else train
 
 
-def full_batch_passes(
-    selection: Any, k: int, num_clients: int, client_chunk: int | None, devices: int = 1,
-) -> list[tuple[int, int, bool]]:
-    """The full-batch passes of a selection strategy: ``(members at once, result rows,
-    with_grads)``, result rows the ``[rows, P]`` gradients a pass adds to a round's working set.
-
-    Power-of-Choice: its d candidates' losses each round. DivFL, SubTrunc, UnionFL: the
-    gradients of all N before round 0 (no result rows: they become the state's ``[N, P]``
-    features table, a per-client table), every round with ``refresh="available"`` (``[N, P]``),
-    and of the K members after each round (``[K, P]``). Other strategies (uniform, least
-    recent): none.
+def full_batch_passes(passes: tuple[FullBatchPass, ...], client_chunk: int | None,
+                      devices: int = 1) -> list[tuple[int, int, bool]]:
+    """A selection's full-batch passes (:meth:`fedjax_avail.selection.Selection.
+    full_batch_passes`: Power-of-Choice's d candidates' losses each round; DivFL's, SubTrunc's
+    and UnionFL's gradients of all N before round 0 and of the K members after each round) as
+    ``(members at once, result rows, with_grads)``, result rows the ``[rows, P]`` gradients a
+    pass adds to a round's working set.
 
     Under a ``"cohort"`` mesh axis of ``devices`` D, a pass's members are padded to D shares
     and each device computes its own share in its own chunks
@@ -375,26 +369,16 @@ def full_batch_passes(
         share = -(-members // devices)
         return devices * min(share, client_chunk or default)
 
-    def padded(rows):
-        return -(-rows // devices) * devices
-
-    if isinstance(selection, PowerOfChoice):
-        return [(at_once(selection.d, selection.d), 0, False)]
-    if not isinstance(selection, DivFL):
-        return []
-    everyone = at_once(num_clients, ALL_CLIENTS_CHUNK)
-    passes = [(everyone, 0, True), (at_once(k, k), padded(k), True)]
-    if selection.refresh == "available":
-        passes.append((everyone, padded(num_clients), True))
-    return passes
+    return [(at_once(p.members, p.at_once), -(-p.result_rows // devices) * devices, p.grads)
+            for p in passes]
 
 
 def full_batch_bytes(
-    task: Task, data: FederatedData, params: Any, selection: Any, k: int,
+    task: Task, data: FederatedData, params: Any, passes: tuple[FullBatchPass, ...],
     client_chunk: int | None, devices: int = 1,
 ) -> int:
-    """Peak bytes of the largest full-batch pass of ``selection`` (0 if it makes none), in
-    all over a ``"cohort"`` mesh axis's ``devices`` (:func:`full_batch_passes`).
+    """Peak bytes of the largest of a selection's full-batch ``passes`` (0 if it makes none),
+    in all over a ``"cohort"`` mesh axis's ``devices`` (:func:`full_batch_passes`).
 
     A pass holds, for each of its members at once, W rows (:func:`fedjax_avail.local.block_width`)
     of ``row`` bytes each and its ``[P]`` float32 gradient (two with several blocks: the block's
@@ -411,7 +395,7 @@ def full_batch_bytes(
     gradient pass of 8 members x 1,000 rows measured 634 MB (667 MB with ``nn.max_pool``)
     against this estimate's 999 MB.
     """
-    passes = full_batch_passes(selection, k, data.num_clients, client_chunk, devices)
+    passes = full_batch_passes(passes, client_chunk, devices)
     if not passes:
         return 0
     num_params = flat_size(params)
@@ -477,7 +461,7 @@ def device_copies(mesh: Any) -> tuple[int, int, int]:
     if mesh is None:
         return 1, 1, 1
     shape = dict(mesh.shape)
-    devices, clients = math.prod(shape.values()), shape.get(cohort_lib.CLIENTS, 1)
+    devices, clients = math.prod(shape.values()), shape.get(mesh_lib.CLIENTS, 1)
     return devices, devices // clients, clients
 
 
@@ -485,17 +469,7 @@ def cohort_devices(mesh: Any) -> int:
     """D, the devices a round's cohort is split over: the size of ``mesh``'s ``"cohort"`` axis
     (:func:`fedjax_avail.cohort.map_cohort`), 1 without one."""
     names = getattr(mesh, "axis_names", ())
-    return int(mesh.shape[cohort_lib.COHORT]) if cohort_lib.COHORT in names else 1
-
-
-def cohort_size(algorithm: Any, num_clients: int) -> int:
-    """How many clients ``algorithm`` trains at once: its ``cohort_size(N)`` if it has one
-    (MIFA's authors-code fill round trains all N; sequential SGD one pooled client), else its
-    ``clients_per_round``."""
-    method = getattr(algorithm, "cohort_size", None)
-    if callable(method):
-        return int(method(num_clients))
-    return int(getattr(algorithm, "clients_per_round", 1))
+    return int(mesh.shape[mesh_lib.COHORT]) if mesh_lib.COHORT in names else 1
 
 
 def available_bytes(device: jax.Device | None = None, mesh: Any = None) -> int | None:

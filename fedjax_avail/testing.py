@@ -29,10 +29,11 @@ import numpy as np
 
 from fedjax_avail import availability, data
 from fedjax_avail.algorithms import Algorithm, RoundInput
-from fedjax_avail.callbacks import Callback, Run
+from fedjax_avail.callbacks import Callback
 from fedjax_avail.data import FederatedData
 from fedjax_avail.engine import simulate
 from fedjax_avail.local import Problem
+from fedjax_avail.run import Run
 from fedjax_avail.tasks import Task, logistic_regression
 
 # Fields the convergence check sets so that every client trains every round (no cohort noise).
@@ -64,7 +65,7 @@ def _round(algorithm: Algorithm, state: Any, inputs: RoundInput, problem: Proble
     """``(state, metrics)`` of one round (an algorithm that moves time also returns its cursor,
     dropped here)."""
     out = algorithm.round(state, inputs, problem)
-    return out[:2] if getattr(algorithm, "moves_time", False) else out
+    return out[:2] if algorithm.moves_time else out
 
 
 def check_traces_once(algorithm: Algorithm, num_clients: int = 10, rounds: int = 6) -> None:

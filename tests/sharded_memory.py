@@ -33,7 +33,7 @@ def main() -> None:
             clients_per_round=10, selection=fa.selection.PowerOfChoice(d=20)),
         "fedlaavg": fa.algorithms.FedLaAvg(clients_per_round=10),
     }
-    meshes = {"none": None, "cohort": fa.cohort.cohort_mesh(2),
+    meshes = {"none": None, "cohort": fa.mesh.cohort_mesh(2),
               "clients": Mesh(np.array(jax.devices()), ("clients",))}
     rows = []
     for name, alg in algorithms.items():

@@ -32,7 +32,7 @@ from jax.flatten_util import ravel_pytree  # noqa: E402
 from jax.sharding import Mesh  # noqa: E402
 
 import fedjax_avail as fa  # noqa: E402
-from fedjax_avail import engine  # noqa: E402
+from fedjax_avail import plan  # noqa: E402
 
 LOCAL = dict(local_steps=3, batch_size=4, client_lr=0.1)
 ALGORITHMS = {
@@ -58,14 +58,14 @@ def main() -> None:
     placed = {}  # the shards of the trace as the engine places it (the carry is donated later)
     if availability_name == "trace":
         availability = fa.availability.Trace(np.random.default_rng(0).random((7, 40)) < 0.5)
-        place = engine._place
+        place = plan._place
 
         def spy(carry, *args):
             carry, placement = place(carry, *args)
             placed["trace"] = [list(s.data.shape) for s in carry[1].state.addressable_shards]
             return carry, placement
 
-        engine._place = spy
+        plan._place = spy
     result = fa.simulate(task, fd, alg, availability, rounds=20,
                          eval_every=10, test_data=test, mesh=mesh,
                          client_chunk=int(chunk) if chunk else "auto")

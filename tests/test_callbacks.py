@@ -45,12 +45,13 @@ class Recorder(fa.callbacks.Callback):
 @pytest.mark.slow
 def test_hooks_come_in_order_at_every_chunk_boundary(tmp_path):
     log = []
-    _run(12, checkpoint_dir=tmp_path, checkpoint_every=4,
-         callbacks=[Recorder("a", log), Recorder("b", log)])
-    # chunks end at the evaluations (5, 10, 12) and the checkpoints (4, 8, 12)
-    expected = [("start", 0), ("evaluation", 0), ("chunk", 4, 4), ("evaluation", 5),
-                ("chunk", 5, 1), ("chunk", 8, 3), ("evaluation", 10), ("chunk", 10, 2),
-                ("evaluation", 12), ("chunk", 12, 2), ("end", 12, None)]
+    _run(12, callbacks=[Recorder("a", log), Recorder("b", log),
+                        fa.callbacks.Checkpointing(tmp_path, every=4)])
+    # chunks end at the evaluations (5, 10, 12) and the checkpoints (4, 8, 12); at each
+    # boundary the callbacks see the chunk, then the evaluation due there
+    expected = [("start", 0), ("evaluation", 0), ("chunk", 4, 4), ("chunk", 5, 1),
+                ("evaluation", 5), ("chunk", 8, 3), ("chunk", 10, 2), ("evaluation", 10),
+                ("chunk", 12, 2), ("evaluation", 12), ("end", 12, None)]
     assert log == [(name, *call) for call in expected for name in "ab"]
 
 
@@ -61,8 +62,8 @@ def test_a_callback_stops_the_run_at_a_target_keeping_the_history(tmp_path):
             if rows[0]["test_accuracy"] >= 0.5:
                 run.stop("reached 50% test accuracy")
 
-    stopped = _run(200, callbacks=[StopAtTarget()], checkpoint_dir=tmp_path,
-                   checkpoint_every=100)
+    stopped = _run(200, callbacks=[StopAtTarget(),
+                                   fa.callbacks.Checkpointing(tmp_path, every=100)])
     done = int(stopped.history["round"][-1])
     assert 0 < done < 200 and stopped.stopped == "reached 50% test accuracy"
     assert stopped.history["test_accuracy"][-1] >= 0.5 > stopped.history["test_accuracy"][-2]
@@ -83,7 +84,7 @@ def test_a_stop_asked_after_a_chunk_ends_the_run_there():
             if run.done >= 7:
                 run.stop("enough")
 
-    result = _run(30, checkpoint_every=None, eval_every=7, callbacks=[StopAfter()])
+    result = _run(30, eval_every=7, callbacks=[StopAfter()])
     assert result.history["round"].tolist() == [0, 7] and result.stopped == "enough"
 
 
@@ -111,8 +112,8 @@ def test_metrics_csv_written_a_row_at_a_time_is_the_whole_historys_csv(tmp_path)
     path = tmp_path / "m.csv"
     preceding = [{"algorithm": "fedavg", "round": 0, "train_loss": 2.5}]
     logger = fa.callbacks.CSVLogger(path, {"algorithm": "mifa"}, preceding)
-    run = fa.callbacks.Run(rounds=9, seeds=[0, 1], several=True, eval_every=3, desc=None,
-                           carry=None, histories=[fa.History(), fa.History()])
+    run = fa.Run(rounds=9, seeds=[0, 1], several=True, desc=None, carry=None,
+                 histories=[fa.History(), fa.History()])
 
     def expected():
         rows = list(preceding)

@@ -28,10 +28,13 @@ def _setup():
     return task, fd, alg, fa.availability.Markov(0.2, 0.3), test
 
 
-def _run(rounds, **kw):
+def _run(rounds, checkpoint_dir=None, every=10, keep=2, seconds=0.0, callbacks=(), **kw):
+    """The small run, checkpointed into ``checkpoint_dir`` every ``every`` rounds."""
     task, fd, alg, process, test = _setup()
+    checkpoints = [] if checkpoint_dir is None else [
+        fa.callbacks.Checkpointing(checkpoint_dir, every=every, keep=keep, seconds=seconds)]
     return fa.simulate(task, fd, alg, process, rounds=rounds, seed=3, eval_every=10,
-                       test_data=test, **kw)
+                       test_data=test, callbacks=[*callbacks, *checkpoints], **kw)
 
 
 def _assert_same(a, b):
@@ -50,9 +53,9 @@ def uninterrupted():
 
 @pytest.mark.slow
 def test_a_run_continued_from_its_checkpoint_is_bit_identical(uninterrupted, tmp_path):
-    first = _run(50, checkpoint_dir=tmp_path, checkpoint_every=25)
+    first = _run(50, checkpoint_dir=tmp_path, every=25)
     assert first.history["round"].tolist() == [0, 10, 20, 30, 40, 50]
-    resumed = _run(120, checkpoint_dir=tmp_path, checkpoint_every=25)
+    resumed = _run(120, checkpoint_dir=tmp_path, every=25)
     _assert_same(resumed, uninterrupted)
     again = _run(120, checkpoint_dir=tmp_path)  # finished: restored, nothing to run
     _assert_same(again, uninterrupted)
@@ -71,7 +74,7 @@ _KILLED_RUN = textwrap.dedent("""
         print("saved", done, flush=True)
         time.sleep(0.25)
     ck.RunCheckpointer.save = slow_save
-    _run(120, checkpoint_dir={directory!r}, checkpoint_every=10)
+    _run(120, checkpoint_dir={directory!r}, every=10)
     print("finished", flush=True)
 """)
 
@@ -92,14 +95,14 @@ def test_sigkill_mid_run_then_resume_is_bit_identical(uninterrupted, tmp_path):
     assert process.returncode == -signal.SIGKILL
     saved = sorted(int(p.name) for p in tmp_path.iterdir() if p.name.isdigit())
     assert 50 <= saved[-1] < 120  # killed mid-way
-    _assert_same(_run(120, checkpoint_dir=tmp_path, checkpoint_every=10), uninterrupted)
+    _assert_same(_run(120, checkpoint_dir=tmp_path, every=10), uninterrupted)
 
 
 def test_an_unreadable_newest_checkpoint_falls_back_to_the_one_before(uninterrupted, tmp_path):
-    _run(40, checkpoint_dir=tmp_path, checkpoint_every=20)
+    _run(40, checkpoint_dir=tmp_path, every=20)
     shutil.rmtree(tmp_path / "40" / "carry")  # complete on disk once, then damaged
     with pytest.warns(UserWarning, match="round 40 .* damaged"):
-        resumed = _run(120, checkpoint_dir=tmp_path, checkpoint_every=20)
+        resumed = _run(120, checkpoint_dir=tmp_path, every=20)
     _assert_same(resumed, uninterrupted)
 
 
@@ -188,12 +191,12 @@ def test_a_changed_test_set_or_eval_every_is_another_run(tmp_path):
 
 
 def test_a_write_killed_half_way_is_ignored(uninterrupted, tmp_path):
-    _run(40, checkpoint_dir=tmp_path, checkpoint_every=20)
+    _run(40, checkpoint_dir=tmp_path, every=20)
     # What orbax leaves when killed while writing step 60: a temporary directory, never renamed.
     partial = tmp_path / "60.orbax-checkpoint-tmp-1234567890"
     shutil.copytree(tmp_path / "40", partial)
     shutil.rmtree(partial / "carry")
-    _assert_same(_run(120, checkpoint_dir=tmp_path, checkpoint_every=20), uninterrupted)
+    _assert_same(_run(120, checkpoint_dir=tmp_path, every=20), uninterrupted)
 
 
 def test_checkpoint_seconds_skips_saves_due_too_soon_but_never_the_last_or_a_stop(
@@ -202,11 +205,12 @@ def test_checkpoint_seconds_skips_saves_due_too_soon_but_never_the_last_or_a_sto
     sooner than that after the run's start or the last save: with the clock at one second a
     round, saves due every 10 rounds at least 25 s apart fall at rounds 30 and 60 (the last);
     a stopped run is saved where it stopped. 0 saves every ``checkpoint_every`` rounds."""
-    from fedjax_avail.callbacks import _checkpointing
+    from fedjax_avail.callbacks import _cadence, _callback
 
     clock = [0.0]
-    monkeypatch.setattr(_checkpointing, "time", type("Clock", (), {
-        "perf_counter": staticmethod(lambda: clock[0])}))
+    for module in (_cadence, _callback):  # the cadence's clock
+        monkeypatch.setattr(module, "time", type("Clock", (), {
+            "perf_counter": staticmethod(lambda: clock[0])}))
 
     class Tick(fa.callbacks.Callback):  # listed before Checkpointing, which runs last
         def on_run_start(self, run):
@@ -221,12 +225,12 @@ def test_checkpoint_seconds_skips_saves_due_too_soon_but_never_the_last_or_a_sto
                 run.stop("enough")
 
     def saved(name, seconds, *callbacks):
-        _run(60, checkpoint_dir=tmp_path / name, checkpoint_every=10, checkpoint_keep=10,
-             checkpoint_seconds=seconds, callbacks=[Tick(), *callbacks])
+        _run(60, checkpoint_dir=tmp_path / name, every=10, keep=10, seconds=seconds,
+             callbacks=[Tick(), *callbacks])
         return sorted(int(p.name) for p in (tmp_path / name).iterdir() if p.name.isdigit())
 
     assert saved("every", 0) == [10, 20, 30, 40, 50, 60]
     assert saved("floor", 25) == [30, 60]
     assert saved("stopped", 3600, StopAt20()) == [20]
     with pytest.raises(ValueError, match="checkpoint_seconds must be .*>= 0.*-1"):
-        _run(10, checkpoint_dir=tmp_path / "bad", checkpoint_seconds=-1)
+        _run(10, checkpoint_dir=tmp_path / "bad", seconds=-1)

@@ -68,7 +68,7 @@ def test_auto_counts_batched_runs_and_leaves_accelerators_one_vmap():
     assert memory.client_chunks("auto", task, fd, alg, backend="gpu", runs_at_once=8) == (
         None, None)
     # the platform read from a concrete mesh's devices (this process's: a CPU)
-    one = fa.cohort.cohort_mesh(1)
+    one = fa.mesh.cohort_mesh(1)
     expected = (50, 50) if jax.default_backend() == "cpu" else (None, None)
     assert memory.client_chunks("auto", task, fd, alg, mesh=one) == expected
 

@@ -56,7 +56,7 @@ def test_a_model_of_the_client_axis_length_is_replicated_and_not_a_table():
     mesh = Mesh(np.array(jax.devices()[:1]), ("clients",))
     for axis, tree in ((0, state), (1, stacked)):
         split = PartitionSpec(*[None] * axis, "clients")
-        specs = jax.tree.map(lambda s: s.spec, fa.cohort.client_shardings(tree, 10, mesh, axis))
+        specs = jax.tree.map(lambda s: s.spec, fa.mesh.client_shardings(tree, 10, mesh, axis))
         assert jax.tree.leaves(specs.params) == [PartitionSpec()] * 2, axis
         assert jax.tree.leaves(specs.opt_state) == [PartitionSpec()] * len(
             jax.tree.leaves(state.opt_state)), axis
@@ -80,7 +80,7 @@ def test_an_availability_trace_is_split_over_its_clients_and_a_model_history_is_
         cursor = {"mask": jax.ShapeDtypeStruct((*runs, 10), np.bool_),
                   "trace": jax.ShapeDtypeStruct((*runs, 4, 10), np.bool_),
                   "square": jax.ShapeDtypeStruct((*runs, 10, 10), np.bool_)}
-        specs = jax.tree.map(lambda s: s.spec, fa.cohort.client_shardings(
+        specs = jax.tree.map(lambda s: s.spec, fa.mesh.client_shardings(
             cursor, 10, mesh, axis, availability=True))
         assert specs["mask"] == PartitionSpec(*[None] * axis, "clients"), axis
         assert specs["trace"] == specs["square"] == PartitionSpec(*[None] * (axis + 1),
@@ -92,7 +92,7 @@ def test_an_availability_trace_is_split_over_its_clients_and_a_model_history_is_
     state = jax.eval_shape(lambda: alg.init(task.init(jax.random.PRNGKey(0)), 10))
     history = jax.tree.leaves(state.store)[0]
     assert history.shape[1] == 10 and history.shape[0] != 10
-    specs = fa.cohort.client_shardings(state, 10, mesh)
+    specs = fa.mesh.client_shardings(state, 10, mesh)
     assert jax.tree.leaves(specs.store)[0].spec == PartitionSpec()
     assert not any(name.startswith(".store") for name in fa.estimate_memory(task, fd, alg).tables)
     # over 2 devices of a "clients" axis a trace's [4, 10] bytes are held once in all, as split
@@ -132,7 +132,7 @@ def test_runs_multiply_the_state_and_only_batched_runs_multiply_the_working_sets
     one = fa.estimate_memory(task, fd, alg).terms
     # the runs' states, and the copies a layout makes: map stacks new states beside the old,
     # loop holds the slices of the runs it trains at once (one a core, at most 4)
-    workers = fa.cohort.loop_workers(4)
+    workers = fa.runs.loop_workers(4)
     for layout, states, working in (("vmap", 4, 4), ("map", 8, 1),
                                     ("loop", 4 + workers, workers)):
         four = fa.estimate_memory(task, fd, alg, runs=4, runs_layout=layout).terms

@@ -48,7 +48,8 @@ VALID: dict[str, dict[str, typing.Any]] = {
     "EventClock": dict(durations=C.Exponential(1.0), concurrency=None, events=2),
     "KofPClock": dict(events=2), "RoundClock": dict(durations=C.Constant(1.0)),
 }
-SKIP = {"AsyncParts": "a mixin: its fields are checked in every asynchronous algorithm"}
+SKIP = {"AsyncParts": "a mixin: its fields are checked in every asynchronous algorithm",
+        "SyncParts": "a mixin: its fields are checked in every synchronous algorithm"}
 
 
 def _train():

@@ -26,10 +26,10 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import fedjax_avail as fa
-from fedjax_avail import engine, experiments
-from fedjax_avail.availability._timeline import Timeline
+from fedjax_avail import experiments, plan
 from fedjax_avail.callbacks import _checkpointing
 from fedjax_avail.checkpoint import RunCheckpointer
+from fedjax_avail.timeline import Timeline
 
 REPO = Path(__file__).resolve().parents[1]
 # orbax leaves the TensorStore read error of a damaged file to the garbage collector
@@ -45,8 +45,18 @@ def _setup():
                 seed=3, eval_every=10, test_data=test)
 
 
-def _run(rounds, **changes):
-    return fa.simulate(**{**_setup(), **changes}, rounds=rounds)
+def _run(rounds, checkpoint_dir=None, checkpoint_every=10, **changes):
+    """The small run with ``changes``, its evaluation's options (``eval_every``, ``test_data``,
+    ``eval_batch_size``, ``train_eval_examples``) in its Evaluation callback, checkpointed into
+    ``checkpoint_dir`` every ``checkpoint_every`` rounds."""
+    setup = {**_setup(), **changes}
+    callbacks = [fa.callbacks.Evaluation(
+        setup.pop("test_data"), setup.pop("eval_every"),
+        batch_size=setup.pop("eval_batch_size", 4096),
+        train_examples=setup.pop("train_eval_examples", None))]
+    if checkpoint_dir is not None:
+        callbacks.append(fa.callbacks.Checkpointing(checkpoint_dir, every=checkpoint_every))
+    return fa.simulate(**setup, rounds=rounds, callbacks=callbacks)
 
 
 def _same(a, b):
@@ -221,8 +231,8 @@ def test_resuming_in_a_changed_environment_is_refused_naming_it(saved, setting, 
     directory = saved[0]
     copy = tmp_path / "c"
     shutil.copytree(directory, copy)
-    real = engine._environment
-    monkeypatch.setattr(engine, "_environment", lambda: {**real(),
+    real = plan._environment
+    monkeypatch.setattr(plan, "_environment", lambda: {**real(),
                                                         setting: ENVIRONMENT[setting]})
     with pytest.raises(ValueError, match=rf"different \(?[^)]*\b{setting}\b"):
         _run(40, checkpoint_dir=copy, checkpoint_every=10)
@@ -259,9 +269,9 @@ def test_a_checkpoint_from_before_the_code_was_recorded_is_refused_saying_so(tmp
                                                                              monkeypatch):
     from fedjax_avail import _provenance
 
-    before = {k: v for k, v in engine._environment().items() if not k.startswith("fedjax_avail")}
+    before = {k: v for k, v in plan._environment().items() if not k.startswith("fedjax_avail")}
     monkeypatch.setattr(_provenance, "code", dict)  # what a checkpoint before 2026-11-25 holds
-    monkeypatch.setattr(engine, "_environment", lambda: before)
+    monkeypatch.setattr(plan, "_environment", lambda: before)
     _run(20, checkpoint_dir=tmp_path, checkpoint_every=10)
     monkeypatch.undo()
     with pytest.raises(ValueError, match=r"written by other code \(different "
@@ -330,8 +340,11 @@ def test_checkpoint_dir_must_be_a_directory_path(tmp_path):
     a_file.write_text("x")
     with pytest.raises(ValueError, match="checkpoint_dir .* exists and is not a directory"):
         _run(10, checkpoint_dir=a_file)
-    with pytest.raises(TypeError, match="checkpoint_dir must be None or a string or an os"):
+    with pytest.raises(TypeError, match="checkpoint_dir must be a string or an os"):
         _run(10, checkpoint_dir=3)
+    with pytest.raises(TypeError, match="checkpoint_dir must be None or a string or an os"):
+        fa.simulate(**{k: v for k, v in _setup().items() if k != "test_data"}, rounds=2,
+                    checkpoint_dir=3)
 
 
 @pytest.fixture(scope="module")

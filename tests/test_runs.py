@@ -110,26 +110,24 @@ def test_each_runs_layout_gives_every_run_its_separate_result(setting, layout,
 def test_the_automatic_runs_layout_loops_over_runs_on_a_cpu_and_batches_elsewhere(
         monkeypatch):
     monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
-    assert fa.cohort.runs_layout("auto") == "loop"
-    assert fa.cohort.runs_layout("auto", mesh=object()) == "map"
+    assert fa.runs.runs_layout("auto") == "loop"
+    assert fa.runs.runs_layout("auto", mesh=object()) == "map"
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-    assert fa.cohort.runs_layout("auto") == "vmap"
-    assert fa.cohort.runs_layout("map") == "map"
+    assert fa.runs.runs_layout("auto") == "vmap"
+    assert fa.runs.runs_layout("map") == "map"
     with pytest.raises(ValueError, match="'loop' runs without a mesh"):
-        fa.cohort.runs_layout("loop", mesh=object())
+        fa.runs.runs_layout("loop", mesh=object())
 
 
 def test_the_loop_layout_trains_one_run_a_core_at_most_all_runs(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
-    assert [fa.cohort.loop_workers(s) for s in (1, 2, 3, 8)] == [1, 2, 3, 3]
+    assert [fa.runs.loop_workers(s) for s in (1, 2, 3, 8)] == [1, 2, 3, 3]
 
 
 def test_the_loop_layout_runs_its_runs_at_once_and_writes_each_back():
     # Each run waits for another to be running beside it (a barrier of 2 with a timeout): the
     # runs overlap, never more than loop_workers at once, and every run's new slice lands in
     # its own row, whatever order they finish in.
-    from fedjax_avail import engine
-
     barrier, lock = threading.Barrier(2, timeout=30), threading.Lock()
     live, most = [0], [0]
 
@@ -145,7 +143,7 @@ def test_the_loop_layout_runs_its_runs_at_once_and_writes_each_back():
 
     kept = []
     stacked = {"w": jnp.arange(5.0)[:, None] * jnp.ones((5, 3))}
-    extras = engine._runs_at_once(stacked, one_run, 2, kept.append)
+    extras = fa.runs.runs_at_once(stacked, one_run, 2, kept.append)
     np.testing.assert_array_equal(kept[-1]["w"],
                                   (np.arange(5.0) * 11)[:, None] * np.ones((5, 3)))
     assert extras == [f"run {i}" for i in range(5)]
@@ -173,7 +171,7 @@ def test_the_memory_estimate_counts_the_runs_the_loop_trains_at_once(monkeypatch
 def test_the_loop_trains_fewer_runs_at_once_rather_than_refuse_a_run(setting, monkeypatch):
     # Memory for 4 runs' states and one more slice, not two: the run goes ahead one run at a
     # time (and equals its separate runs), where it would be refused only if one did not fit.
-    from fedjax_avail import engine, memory
+    from fedjax_avail import memory
 
     task, fd = setting
     alg = fa.algorithms.FedLaAvg(clients_per_round=4, client_lr=0.1)
@@ -184,8 +182,8 @@ def test_the_loop_trains_fewer_runs_at_once_rather_than_refuse_a_run(setting, mo
     two = fa.estimate_memory(task, fd, alg, loop_workers=2, **kw).total
     assert two > one
     seen = []
-    runs_at_once = engine._runs_at_once
-    monkeypatch.setattr(engine, "_runs_at_once",
+    runs_at_once = fa.runs.runs_at_once
+    monkeypatch.setattr(fa.runs, "runs_at_once",
                         lambda stacked, fn, workers, keep: seen.append(workers) or runs_at_once(
                             stacked, fn, workers, keep))
     monkeypatch.setattr(memory, "available_bytes", lambda mesh=None: (one + two) // 2)
@@ -206,7 +204,7 @@ def test_a_dry_run_refuses_exactly_the_seeds_simulate_refuses(monkeypatch, mnist
     from fedjax_avail import experiments, memory
 
     del mnist
-    if fa.cohort.runs_layout() != "loop":
+    if fa.runs.runs_layout() != "loop":
         pytest.skip("the loop layout is the CPU's")
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     experiment = experiments.get("subtrunc-mnist")

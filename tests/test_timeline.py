@@ -11,7 +11,7 @@ from reference.events import simulate_events
 
 import fedjax_avail as fa
 from fedjax_avail import _keys
-from fedjax_avail.availability._timeline import Timeline
+from fedjax_avail.timeline import Timeline
 
 AV = fa.availability
 

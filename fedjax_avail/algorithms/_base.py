@@ -1,14 +1,20 @@
-"""What every algorithm shares: the round's inputs, the protocol, and hyperparameter checks."""
+"""The algorithm contract: the base every algorithm subclasses, the round's inputs, its footprint.
+
+An algorithm is a frozen dataclass of hyperparameters subclassing :class:`Algorithm`, with pure
+``init`` and ``round`` over a ``NamedTuple`` state; every other hook has a default here, which
+the shared parts (:class:`~fedjax_avail.algorithms.SyncParts` for a synchronous cohort and its
+round clock, :class:`~fedjax_avail.algorithms.AsyncParts` for the asynchronous clock and model
+store) override, so an algorithm file holds its paper's update and nothing else.
+"""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol
+from typing import Any, ClassVar, NamedTuple
 
 import jax
-import jax.numpy as jnp
 
-from fedjax_avail import clock as clock_lib
 from fedjax_avail.local import Problem
+from fedjax_avail.selection import FullBatchPass
 
 Metrics = dict[str, jax.Array]
 
@@ -20,7 +26,7 @@ class RoundInput(NamedTuple):
     available: jax.Array  # [N] bool, availability in the slot the round starts in
     key: jax.Array  # PRNG key of round r
     reports: jax.Array | None = None  # [N] bool, False: a selected client fails to report
-    # Where the round starts on the slot axis (availability._timeline's Timeline and Cursor), for
+    # Where the round starts on the slot axis (fedjax_avail.timeline's Timeline and Cursor), for
     # algorithms that move through time within a round (the event clock); None: ``available``
     # holds for the whole round.
     timeline: Any = None
@@ -36,85 +42,83 @@ def reported(inputs: RoundInput, cohort: jax.Array, valid: jax.Array) -> jax.Arr
     return valid if inputs.reports is None else valid & inputs.reports[cohort]
 
 
-class Algorithm(Protocol):
-    """A frozen dataclass of hyperparameters with pure ``init`` and ``round``.
+class Footprint(NamedTuple):
+    """What a round holds on the device besides the state, as an algorithm states it for
+    :func:`fedjax_avail.estimate_memory` (and ``client_chunk="auto"``'s chunks)."""
 
-    ``state.params`` must hold the global model pytree. Optional: ``virtual_time(state)``, the
-    ``[]`` virtual time the next round starts at (None or absent: round r starts at slot r);
-    ``moves_time = True`` for an algorithm whose round moves through availability slots itself
-    (the asynchronous event clock): its ``round`` returns ``(state, metrics, cursor)``, the
-    cursor where the round ended. ``cohort_copies``: how many ``[K, P]`` float32 arrays a round
-    holds together after training, for :func:`fedjax_avail.estimate_memory` (absent: 1, the
-    members' updates alone, as FedAvg); ``cohort_starts``: how many of them are held while the
-    members train (absent: 0; the asynchronous algorithms' start models, 1).
+    cohort: int  # K, the members a round (update) trains: "auto"'s chunks are sized on it
+    batch_size: int  # B, the examples of a member's local batch
+    largest: int  # the most members one pass trains (MIFA's authors-code fill round: all N)
+    copies: int = 1  # [K, P] float32 arrays held together after training
+    starts: int = 0  # [K, P] start models held while the members train
+    full_batch: tuple[FullBatchPass, ...] = ()  # the selection's passes over whole local data
+
+
+class Algorithm:
+    """The base of every algorithm: subclass it as a frozen dataclass of hyperparameters.
+
+    Define ``init(params, num_clients) -> state`` (``state.params`` holds the global model
+    pytree) and ``round(state, inputs, problem) -> (state, metrics)``; override the defaults
+    below where the algorithm needs more:
+
+    * ``validate(num_clients)``: checks against N, before anything is compiled (default: none);
+    * ``prepares`` / ``prepare(state, problem) -> state``: a one-off pass before round 0
+      (DivFL's gradients of all clients; default: none);
+    * ``virtual_time(state)``: the ``[]`` virtual time the next round starts at (default None:
+      round r starts at slot r, one slot a round);
+    * ``moves_time``: True for an algorithm whose round moves through availability slots itself
+      (the asynchronous clocks): its ``round`` returns ``(state, metrics, cursor)``;
+    * ``footprint(num_clients)``: its round's memory (default: ``clients_per_round`` members of
+      ``batch_size`` examples, ``cohort_copies`` ``[K, P]`` results held together).
+
+    Example (FedAvg in a few lines; ``notebooks/03_write_your_own_algorithm.ipynb``)::
+
+        @dataclasses.dataclass(frozen=True)
+        class MyFedAvg(fa.algorithms.Algorithm):
+            clients_per_round: int
+            batch_size: int = 5
+
+            def init(self, params, num_clients):
+                return MyState(params)
+
+            def round(self, state, inputs, problem):
+                ...
     """
 
-    def validate(self, num_clients: int) -> None: ...
+    moves_time: ClassVar[bool] = False
+    cohort_copies: ClassVar[int] = 1  # [K, P] arrays a round holds together after training
 
-    def init(self, params: Any, num_clients: int) -> Any: ...
+    def validate(self, num_clients: int) -> None:
+        del num_clients
 
-    def round(self, state: Any, inputs: RoundInput, problem: Problem) -> tuple[Any, Metrics]: ...
+    def init(self, params: Any, num_clients: int) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must define init")
 
+    def round(self, state: Any, inputs: RoundInput, problem: Problem) -> tuple[Any, Metrics]:
+        raise NotImplementedError(f"{type(self).__name__} must define round")
 
-def next_slot_start(inputs: RoundInput, time: jax.Array) -> jax.Array:
-    """``[]`` virtual time at which the slot after the round's begins (slot length 1 when the
-    round runs outside the engine, without a timeline)."""
-    if inputs.timeline is None:
-        return jnp.floor(time) + 1.0
-    return inputs.timeline.start_of(inputs.cursor.slot + 1)
+    @property
+    def prepares(self) -> bool:
+        """Whether :meth:`prepare` runs before round 0."""
+        return False
 
+    def prepare(self, state: Any, problem: Problem) -> Any:
+        del problem
+        return state
 
-def round_clock(durations: Any, deadline: float | None, over_selection: float
-                ) -> clock_lib.RoundClock | None:
-    """The synchronous round clock of an algorithm's ``durations``, ``deadline`` and
-    ``over_selection`` fields (None without durations); refuses the last two without the first,
-    naming them."""
-    if durations is None:
-        for name, value, unset in (("deadline", deadline, None),
-                                   ("over_selection", over_selection, 1.0)):
-            if value != unset:
-                raise ValueError(f"{name}={value!r} needs a duration model: pass durations="
-                                 "fa.clock.Constant/Exponential/LogNormal(...)")
+    def virtual_time(self, state: Any) -> jax.Array | None:
+        del state
         return None
-    return clock_lib.RoundClock(durations, deadline, over_selection)
 
-
-def timed_cohort(clock: clock_lib.RoundClock | None, state: Any, inputs: RoundInput,
-                 key: jax.Array, cohort: jax.Array, valid: jax.Array, keep: int
-                 ) -> tuple[Any, jax.Array, jax.Array, Metrics]:
-    """The cohort that counts after the round clock (:mod:`fedjax_avail.clock._rounds`) and
-    the clock after the round: ``(clock_state, cohort [keep], valid [keep], metrics)``; without a
-    clock, everything unchanged. ``metrics`` adds ``virtual_time`` and, with a deadline or
-    over-selection, ``num_late``."""
-    if clock is None:
-        return state, cohort, valid, {}
-    state, timed = clock.step(state, key, cohort, valid, keep,
-                              next_slot_start(inputs, state.time[0]))
-    metrics = {"virtual_time": state.time[0]}
-    if clock.deadline is not None or clock.over_selection > 1:
-        metrics["num_late"] = timed.late
-    return state, timed.cohort, timed.valid, metrics
-
-
-def selected_count(clock: clock_lib.RoundClock | None, clients_per_round: int) -> int:
-    """How many clients a round selects: ``ceil(f K)`` with over-selection, else K."""
-    return clients_per_round if clock is None else clock.selected(clients_per_round)
-
-
-def check_round_clock(clock: clock_lib.RoundClock | None, clients_per_round: int,
-                      num_clients: int) -> None:
-    """Checks the round clock against N: its speed factors, and an over-selection that would
-    select more than N clients."""
-    if clock is None:
-        return
-    clock.durations.speeds(num_clients)
-    selected = clock.selected(clients_per_round)
-    if selected > num_clients:
-        raise ValueError(
-            f"over_selection={clock.over_selection!r} selects ceil({clock.over_selection!r} * "
-            f"clients_per_round={clients_per_round}) = {selected} clients, more than "
-            f"num_clients={num_clients}; over_selection must be in [1, "
-            f"{num_clients / clients_per_round:g}]")
+    def footprint(self, num_clients: int) -> Footprint:
+        del num_clients
+        try:
+            k, batch = self.clients_per_round, self.batch_size
+        except AttributeError as error:
+            raise NotImplementedError(
+                f"{type(self).__name__}: the default footprint reads clients_per_round and "
+                "batch_size; define footprint(num_clients) -> fa.algorithms.Footprint") from error
+        return Footprint(k, batch, k, self.cohort_copies)
 
 
 def check_cohort_fits(clients_per_round: int, num_clients: int) -> None:

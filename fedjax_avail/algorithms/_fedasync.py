@@ -18,7 +18,7 @@ from jax.flatten_util import ravel_pytree
 
 from fedjax_avail import clock as clock_lib
 from fedjax_avail._checks import Count, Fraction, NonNegative, Positive, check_fields
-from fedjax_avail.algorithms._async import AsyncParts, completions, record
+from fedjax_avail.algorithms._async import AsyncParts
 from fedjax_avail.algorithms._base import Metrics, RoundInput
 from fedjax_avail.algorithms._staleness import check_function, staleness_factor
 from fedjax_avail.local import Problem, local_sgd
@@ -54,30 +54,26 @@ class FedAsync(AsyncParts):
     staleness_a: float = 0.5
     staleness_b: float = 4.0
     mu: NonNegative = 0.0
-    durations: Any = dataclasses.field(default_factory=lambda: clock_lib.Exponential(1.0),
-                                       kw_only=True)
+    durations: clock_lib.Durations | clock_lib.KofP = dataclasses.field(
+        default_factory=lambda: clock_lib.Exponential(1.0), kw_only=True)
 
     def __post_init__(self):
         check_fields(self)
         check_function(self.staleness, self.staleness_a, self.staleness_b)
-        self._check_async(1)
+        self._check_async()
 
-    def validate(self, num_clients: int) -> None:
-        self._validate_async(1, num_clients)
-
-    def cohort_size(self, num_clients: int) -> int:
-        """Jobs trained in one update."""
-        del num_clients
+    @property
+    def events(self) -> int:
+        """One upload per update."""
         return 1
 
     def init(self, params: Any, num_clients: int) -> FedAsyncState:
-        return FedAsyncState(params, *self._init_async(params, num_clients, 1))
+        return FedAsyncState(params, *self.init_parts(params, num_clients))
 
     def round(
         self, state: FedAsyncState, inputs: RoundInput, problem: Problem
     ) -> tuple[FedAsyncState, Metrics, Any]:  # Any: the cursor
-        clock_state, c, started, metrics, cursor = completions(
-            self, 1, state.clock, state.store, inputs, state.params)
+        clock, c, cursor = self.completions(state, inputs)
         updates = local_sgd(problem, state.params, c.clients, c.train_key,
                             steps=self.local_steps, batch_size=self.batch_size,
                             lr=self.client_lr, mu=self.mu, starts=c.starts,
@@ -88,6 +84,5 @@ class FedAsync(AsyncParts):
         weight = jnp.where(c.valid[0], weight, 0.0)
         x, unravel = ravel_pytree(state.params)
         params = unravel((1.0 - weight) * x + weight * x_new)
-        store = record(self, state.store, inputs.round, state.params, params, started)
-        metrics = {**metrics, "mixing": weight}
-        return FedAsyncState(params, clock_state, store), metrics, cursor
+        store = self.record(state, inputs.round, params, c)
+        return FedAsyncState(params, clock, store), {**c.metrics, "mixing": weight}, cursor

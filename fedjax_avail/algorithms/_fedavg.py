@@ -10,35 +10,25 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
-import jax
 import jax.numpy as jnp
 
 from fedjax_avail import cohort as cohort_lib
-from fedjax_avail import selection as selection_lib
 from fedjax_avail import server
-from fedjax_avail._checks import Annotated, Count, NonNegative, Positive, Range, check_fields
-from fedjax_avail.algorithms._base import (
-    Metrics,
-    RoundInput,
-    check_cohort_fits,
-    check_round_clock,
-    reported,
-    round_clock,
-    selected_count,
-    timed_cohort,
-)
+from fedjax_avail._checks import Count, NonNegative, Positive, check_fields
+from fedjax_avail.algorithms._base import Metrics, RoundInput
+from fedjax_avail.algorithms._sync import SyncParts
 from fedjax_avail.local import Problem, local_sgd
 
 
 class FedAvgState(NamedTuple):
     params: Any  # global model pytree, P parameters
     opt_state: Any  # server optimizer state
-    selection: Any = ()  # the selection strategy's state (DivFL: [N, P] gradients)
-    clock: Any = None  # RoundClockState (speeds [N], virtual time) when durations are given
+    selection: Any  # the selection strategy's state (DivFL: [N, P] gradients)
+    clock: Any  # RoundClockState (speeds [N], virtual time) when durations are given, else None
 
 
 @dataclasses.dataclass(frozen=True)
-class FedAvg:
+class FedAvg(SyncParts):
     """Federated averaging over the round's participants.
 
     Round r: ``B^r <-`` K clients among the available ones (uniformly by default, or by any
@@ -57,16 +47,9 @@ class FedAvg:
         P:L363) or ``"data_size"`` (w_k = n_k, McMahan et al.).
       mu: FedProx proximal coefficient, >= 0 (0 is FedAvg).
       server_optimizer: ``"sgd"`` or ``"adam"`` (:func:`fedjax_avail.server.server_optimizer`).
-      selection: who trains among the available (default ``fa.selection.Uniform()``; also
-        ``DivFL()``, ``SubTrunc(...)``, ``UnionFL(...)``, ``PowerOfChoice(d)``,
-        ``LeastRecent()``).
-      durations: optional job-duration model (``fa.clock.Constant``, ``Exponential``,
-        ``LogNormal``): each round then lasts as long as its slowest participant's job, recorded
-        as ``virtual_time`` (the time axis the asynchronous algorithms share), and reads the
-        availability of the slot it starts in (:mod:`fedjax_avail.clock._rounds`).
-      deadline: with durations, the longest a round waits (> 0); later clients are dropped.
-      over_selection: with durations, f >= 1: select ``ceil(f K)`` clients and keep the first K
-        to finish (1.3 is production FL's 130%).
+      selection, durations, deadline, over_selection: who trains and how long a round lasts
+        (:class:`~fedjax_avail.algorithms.SyncParts`; default ``fa.selection.Uniform()``, one
+        slot a round).
 
     Example:
       >>> alg = FedAvg(clients_per_round=10, local_steps=10, batch_size=5, client_lr=0.01)
@@ -80,79 +63,35 @@ class FedAvg:
     weighting: str = "uniform"
     mu: NonNegative = 0.0
     server_optimizer: str = "sgd"
-    durations: Any = None
-    selection: Any = dataclasses.field(default_factory=selection_lib.Uniform)
-    deadline: Annotated[float | None, Range(0, low_open=True)] = None
-    over_selection: Annotated[float, Range(1)] = 1.0
 
     def __post_init__(self):
         check_fields(self)
         if self.weighting not in ("uniform", "data_size"):
             raise ValueError(f"weighting must be 'uniform' or 'data_size', got {self.weighting!r}")
         self._optimizer()  # validates server_optimizer
-        selection_lib.check_selection(self.selection)
-        self._clock()  # validates durations, deadline and over_selection
-
-    def _clock(self):
-        return round_clock(self.durations, self.deadline, self.over_selection)
+        self._check_sync()
 
     def _optimizer(self):
         return server.server_optimizer(self.server_optimizer, self.server_lr)
 
-    def validate(self, num_clients: int) -> None:
-        check_cohort_fits(self.clients_per_round, num_clients)
-        clock = self._clock()
-        check_round_clock(clock, self.clients_per_round, num_clients)
-        selection_lib.check_selection(
-            self.selection, selected_count(clock, self.clients_per_round), num_clients)
-
     def init(self, params: Any, num_clients: int) -> FedAvgState:
-        clock = None if self.durations is None else self._clock().init(num_clients)
-        return FedAvgState(params=params, opt_state=self._optimizer().init(params),
-                           selection=self.selection.init(params, num_clients), clock=clock)
-
-    def virtual_time(self, state: FedAvgState) -> jax.Array | None:
-        """``[]`` the time the rounds so far took (durations given), else None (a round is one
-        availability slot)."""
-        return None if state.clock is None else state.clock.time[0]
-
-    def prepare(self, state: FedAvgState, problem: Problem) -> FedAvgState:
-        """Before round 0: the selection's preparation (DivFL: every client's gradient)."""
-        return state._replace(selection=selection_lib.prepare_selection(
-            self.selection, state.selection, state.params, problem))
+        return FedAvgState(params, self._optimizer().init(params),
+                           *self.init_parts(params, num_clients))
 
     def round(
         self, state: FedAvgState, inputs: RoundInput, problem: Problem
     ) -> tuple[FedAvgState, Metrics]:
-        select_key, train_key = jax.random.split(inputs.key)
-        context = selection_lib.SelectionContext(select_key, inputs.available, inputs.round,
-                                                 state.params, problem)
-        timer = self._clock()
-        chosen, cohort, valid = self.selection.select(
-            state.selection, context, selected_count(timer, self.clients_per_round))
-        clock, cohort, valid, timing = timed_cohort(
-            timer, state.clock, inputs, jax.random.fold_in(select_key, 1), cohort, valid,
-            self.clients_per_round)
-        valid = reported(inputs, cohort, valid)
-        deltas = local_sgd(
-            problem,
-            state.params,
-            cohort,
-            train_key,
-            steps=self.local_steps,
-            batch_size=self.batch_size,
-            lr=self.client_lr,
-            mu=self.mu,
-        )
-        counts = cohort_lib.gather(problem.data.counts, cohort)
-        weights = valid * (counts if self.weighting == "data_size" else 1.0)
+        c = self.cohort(state, inputs, problem)
+        deltas = local_sgd(problem, state.params, c.clients, c.train_key, steps=self.local_steps,
+                           batch_size=self.batch_size, lr=self.client_lr, mu=self.mu)
+        counts = cohort_lib.gather(problem.data.counts, c.clients)
+        weights = c.valid * (counts if self.weighting == "data_size" else 1.0)
         delta = cohort_lib.masked_mean(deltas, weights.astype(jnp.float32))
         params, opt_state = server.apply_delta(
             self._optimizer(), state.params, state.opt_state, delta
         )
-        chosen = self.selection.update(chosen, context, cohort, valid)
-        metrics = {"num_selected": jnp.sum(valid), **timing}
-        return FedAvgState(params, opt_state, chosen, clock), metrics
+        state = FedAvgState(params, opt_state, self.selection_after(c), c.clock)
+        return state, {"num_selected": jnp.sum(c.valid), **c.metrics}
 
 
 @dataclasses.dataclass(frozen=True)

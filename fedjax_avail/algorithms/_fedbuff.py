@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from fedjax_avail import clock as clock_lib
 from fedjax_avail import server
 from fedjax_avail._checks import Count, Positive, check_fields
-from fedjax_avail.algorithms._async import AsyncParts, completions, record
+from fedjax_avail.algorithms._async import AsyncParts
 from fedjax_avail.algorithms._base import Metrics, RoundInput
 from fedjax_avail.algorithms._staleness import staleness_factor
 from fedjax_avail.local import Problem, local_sgd
@@ -63,36 +63,32 @@ class FedBuff(AsyncParts):
     client_lr: Positive = 0.01
     server_lr: Positive | None = None
     staleness_weight: str | None = None
-    durations: Any = dataclasses.field(default_factory=lambda: clock_lib.Exponential(1.0),
-                                       kw_only=True)
+    durations: clock_lib.Durations | clock_lib.KofP = dataclasses.field(
+        default_factory=lambda: clock_lib.Exponential(1.0), kw_only=True)
 
     def __post_init__(self):
         check_fields(self)
         if self.staleness_weight not in WEIGHTS:
             raise ValueError(f"staleness_weight must be None or 'sqrt', got "
                              f"{self.staleness_weight!r}")
-        self._check_async(self.buffer_size)
+        self._check_async()
 
     @property
     def beta(self) -> float:
         return 1.0 / self.buffer_size if self.server_lr is None else self.server_lr
 
-    def validate(self, num_clients: int) -> None:
-        self._validate_async(self.buffer_size, num_clients)
-
-    def cohort_size(self, num_clients: int) -> int:
-        """Jobs trained in one update."""
-        del num_clients
+    @property
+    def events(self) -> int:
+        """K = ``buffer_size`` uploads per update."""
         return self.buffer_size
 
     def init(self, params: Any, num_clients: int) -> FedBuffState:
-        return FedBuffState(params, *self._init_async(params, num_clients, self.buffer_size))
+        return FedBuffState(params, *self.init_parts(params, num_clients))
 
     def round(
         self, state: FedBuffState, inputs: RoundInput, problem: Problem
     ) -> tuple[FedBuffState, Metrics, Any]:  # Any: the cursor
-        clock_state, c, started, metrics, cursor = completions(
-            self, self.buffer_size, state.clock, state.store, inputs, state.params)
+        clock, c, cursor = self.completions(state, inputs)
         updates = local_sgd(problem, state.params, c.clients, c.train_key,
                             steps=self.local_steps, batch_size=self.batch_size,
                             lr=self.client_lr, starts=c.starts,
@@ -102,5 +98,5 @@ class FedBuff(AsyncParts):
             weights = weights * staleness_factor(c.staleness, "polynomial", a=0.5)
         buffer = jnp.tensordot(weights, updates, 1)  # Alg. 2 L6: sum of the K uploads
         params = server.add_delta(state.params, self.beta * buffer)  # L9: w - beta sum Delta
-        store = record(self, state.store, inputs.round, state.params, params, started)
-        return FedBuffState(params, clock_state, store), metrics, cursor
+        store = self.record(state, inputs.round, params, c)
+        return FedBuffState(params, clock, store), c.metrics, cursor

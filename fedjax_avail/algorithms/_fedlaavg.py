@@ -11,17 +11,10 @@ import jax.numpy as jnp
 from fedjax_avail import cohort as cohort_lib
 from fedjax_avail import selection as selection_lib
 from fedjax_avail import server
-from fedjax_avail._checks import Annotated, Count, Positive, Range, check_fields
-from fedjax_avail.algorithms._base import (
-    Metrics,
-    RoundInput,
-    check_cohort_fits,
-    check_round_clock,
-    reported,
-    round_clock,
-    selected_count,
-    timed_cohort,
-)
+from fedjax_avail import tables as tables_lib
+from fedjax_avail._checks import Count, Positive, check_fields
+from fedjax_avail.algorithms._base import Metrics, RoundInput
+from fedjax_avail.algorithms._sync import SyncParts
 from fedjax_avail.local import Problem, flat_size, local_sgd
 
 
@@ -31,13 +24,13 @@ class FedLaAvgState(NamedTuple):
     latest: jax.Array  # [N, P] table_dtype, u_i^{R_i}: each client's latest update (0 if never)
     mean_update: jax.Array  # [P] float32, u^r = (1/N) sum_i latest[i]  (eq. 3 analogue)
     last_round: jax.Array  # [N] int32, R_i: round of last participation, -1 if never
-    selection: Any = ()  # the selection strategy's state (LeastRecent: the same stamps)
-    latest_scale: Any = None  # [N] float32 row scales of an int8 table (None otherwise)
-    clock: Any = None  # RoundClockState (speeds [N], virtual time) when durations are given
+    latest_scale: Any  # [N] float32 row scales of an int8 table (None otherwise)
+    selection: Any  # the selection strategy's state (LeastRecent: the same stamps)
+    clock: Any  # RoundClockState (speeds [N], virtual time) when durations are given, else None
 
 
 @dataclasses.dataclass(frozen=True)
-class FedLaAvg:
+class FedLaAvg(SyncParts):
     """Selects the least recently participated clients and averages everyone's latest update.
 
     Algorithm 2 of the paper (P:L283-302), rounds r = 0, 1, ...:
@@ -60,16 +53,16 @@ class FedLaAvg:
       batch_size: B, >= 1.
       client_lr: gamma, > 0.
       server_lr: step along u^r, > 0 (1 in the paper).
-      selection: who participates (default ``fa.selection.LeastRecent()``, L6); another
-        strategy keeps the latest-update average of L9 with another cohort rule.
       table_dtype: how the ``[N, P]`` table of latest updates is stored: ``"float32"``,
         ``"bfloat16"`` (half the memory) or ``"int8"`` with a float32 scale per row (a quarter);
         the running mean ``u^r`` stays float32 and equal to the mean of the stored rows
-        (:func:`fedjax_avail.cohort.scatter_keep_mean`).
-      durations, deadline, over_selection: optional round timing, as FedAvg's
-        (:mod:`fedjax_avail.clock._rounds`): a round lasts as long as its slowest participant
-        (or the deadline), and reads the availability of the slot it starts in. The paper's
-        rounds take no time (None).
+        (:func:`fedjax_avail.tables.scatter_keep_mean`).
+      selection: who participates (default ``fa.selection.LeastRecent()``, L6); another
+        strategy keeps the latest-update average of L9 with another cohort rule.
+      durations, deadline, over_selection: optional round timing
+        (:class:`~fedjax_avail.algorithms.SyncParts`): a round lasts as long as its slowest
+        participant (or the deadline), and reads the availability of the slot it starts in.
+        The paper's rounds take no time (None).
 
     Example:
       >>> alg = FedLaAvg(clients_per_round=100, local_steps=10, batch_size=5, client_lr=0.01)
@@ -84,98 +77,53 @@ class FedLaAvg:
     batch_size: Count = 5
     client_lr: Positive = 0.01
     server_lr: Positive = 1.0
-    selection: Any = dataclasses.field(default_factory=selection_lib.LeastRecent)
     table_dtype: str = "float32"
-    durations: Any = None
-    deadline: Annotated[float | None, Range(0, low_open=True)] = None
-    over_selection: Annotated[float, Range(1)] = 1.0
+    selection: selection_lib.Selection = dataclasses.field(
+        default_factory=selection_lib.LeastRecent, kw_only=True)
     # [K, P] arrays a round holds together after training (fa.estimate_memory): the deltas,
     # the table rows gathered, their differences and the rows scattered back (measured: 3.9 K P)
     cohort_copies: ClassVar[int] = 4
 
     def __post_init__(self):
         check_fields(self)
-        selection_lib.check_selection(self.selection)
-        cohort_lib.check_table_dtype(self.table_dtype)
-        self._clock()  # validates durations, deadline and over_selection
-
-    def _clock(self):
-        return round_clock(self.durations, self.deadline, self.over_selection)
-
-    def virtual_time(self, state: FedLaAvgState) -> jax.Array | None:
-        """``[]`` the time the rounds so far took (durations given), else None (one slot a
-        round)."""
-        return None if state.clock is None else state.clock.time[0]
+        tables_lib.check_table_dtype(self.table_dtype)
+        self._check_sync()
 
     def _optimizer(self):
         return server.server_optimizer("sgd", self.server_lr)
 
-    def validate(self, num_clients: int) -> None:
-        check_cohort_fits(self.clients_per_round, num_clients)
-        clock = self._clock()
-        check_round_clock(clock, self.clients_per_round, num_clients)
-        selection_lib.check_selection(
-            self.selection, selected_count(clock, self.clients_per_round), num_clients)
-
-    def prepare(self, state: FedLaAvgState, problem: Problem) -> FedLaAvgState:
-        """Before round 0: the selection's preparation (DivFL: every client's gradient)."""
-        return state._replace(selection=selection_lib.prepare_selection(
-            self.selection, state.selection, state.params, problem))
-
     def init(self, params: Any, num_clients: int) -> FedLaAvgState:
         size = flat_size(params)
-        latest, scale = cohort_lib.table_zeros(num_clients, size, self.table_dtype)
+        latest, scale = tables_lib.table_zeros(num_clients, size, self.table_dtype)
         return FedLaAvgState(
-            params=params,
-            opt_state=self._optimizer().init(params),
-            latest=latest,
-            mean_update=jnp.zeros((size,), jnp.float32),
-            last_round=jnp.full((num_clients,), -1, jnp.int32),
-            selection=self.selection.init(params, num_clients),
-            latest_scale=None if self.table_dtype == "float32" else scale,
-            clock=None if self.durations is None else self._clock().init(num_clients),
-        )
+            params, self._optimizer().init(params), latest, jnp.zeros((size,), jnp.float32),
+            jnp.full((num_clients,), -1, jnp.int32),  # R_i = -1: never participated
+            None if self.table_dtype == "float32" else scale,
+            *self.init_parts(params, num_clients))
 
     def round(
         self, state: FedLaAvgState, inputs: RoundInput, problem: Problem
     ) -> tuple[FedLaAvgState, Metrics]:
-        select_key, train_key = jax.random.split(inputs.key)
-        context = selection_lib.SelectionContext(select_key, inputs.available, inputs.round,
-                                                 state.params, problem)
-        timer = self._clock()
-        chosen, cohort, valid = self.selection.select(
-            state.selection, context, selected_count(timer, self.clients_per_round))  # L6
-        clock, cohort, valid, timing = timed_cohort(
-            timer, state.clock, inputs, jax.random.fold_in(select_key, 1), cohort, valid,
-            self.clients_per_round)
-        valid = reported(inputs, cohort, valid)
+        c = self.cohort(state, inputs, problem)  # L6
         last_round = cohort_lib.scatter(
-            state.last_round, cohort, jnp.full(cohort.shape, inputs.round, jnp.int32), valid
-        )  # L7
-        updates = local_sgd(
-            problem,
-            state.params,
-            cohort,
-            train_key,  # the batch key FedAvg uses too
-            steps=self.local_steps,
-            batch_size=self.batch_size,
-            lr=self.client_lr,
-        )  # L8
+            state.last_round, c.clients, jnp.full(c.clients.shape, inputs.round, jnp.int32),
+            c.valid)  # L7
+        updates = local_sgd(problem, state.params, c.clients, c.train_key,
+                            steps=self.local_steps, batch_size=self.batch_size,
+                            lr=self.client_lr)  # L8 (the batch key FedAvg uses too)
         scale = state.latest_scale
         if scale is None:
-            latest, mean_update = cohort_lib.scatter_keep_mean(
-                state.latest, state.mean_update, cohort, updates, valid
-            )  # L9
+            latest, mean_update = tables_lib.scatter_keep_mean(
+                state.latest, state.mean_update, c.clients, updates, c.valid)  # L9
         else:
-            latest, mean_update, scale = cohort_lib.scatter_keep_mean(
-                state.latest, state.mean_update, cohort, updates, valid, scale
-            )  # L9, the mean of the stored rows
+            latest, mean_update, scale = tables_lib.scatter_keep_mean(
+                state.latest, state.mean_update, c.clients, updates, c.valid,
+                scale)  # L9, the mean of the stored rows
         params, opt_state = server.apply_delta(
-            self._optimizer(), state.params, state.opt_state, mean_update
-        )  # L10
+            self._optimizer(), state.params, state.opt_state, mean_update)  # L10
         # r - R_i^r, never-seen clients having R_i = -1 (the paper's T_i^0 = 0, 1-based rounds).
         staleness = jnp.max(inputs.round - last_round)
-        chosen = self.selection.update(chosen, context, cohort, valid)
-        new_state = FedLaAvgState(params, opt_state, latest, mean_update, last_round, chosen,
-                                  scale, clock)
-        return new_state, {"num_selected": jnp.sum(valid), "max_staleness": staleness, **timing}
+        new_state = FedLaAvgState(params, opt_state, latest, mean_update, last_round, scale,
+                                  self.selection_after(c), c.clock)
+        return new_state, {"num_selected": jnp.sum(c.valid), "max_staleness": staleness,
+                           **c.metrics}

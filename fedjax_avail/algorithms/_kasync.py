@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from fedjax_avail import clock as clock_lib
 from fedjax_avail import server
 from fedjax_avail._checks import Count, Positive, check_fields
-from fedjax_avail.algorithms._async import AsyncParts, completions, record
+from fedjax_avail.algorithms._async import AsyncParts
 from fedjax_avail.algorithms._base import Metrics, RoundInput
 from fedjax_avail.algorithms._staleness import exponential_weights
 from fedjax_avail.local import Problem, local_gradients
@@ -69,14 +69,10 @@ class KAsyncSGD(AsyncParts):
         check_fields(self)
         if self.weighting not in WEIGHTINGS:
             raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}")
-        self._check_async(self.clients_per_round)
-
-    def validate(self, num_clients: int) -> None:
-        self._validate_async(self.clients_per_round, num_clients)
+        self._check_async()
 
     def init(self, params: Any, num_clients: int) -> KAsyncState:
-        return KAsyncState(params, *self._init_async(params, num_clients,
-                                                     self.clients_per_round))
+        return KAsyncState(params, *self.init_parts(params, num_clients))
 
     def _weights(self, staleness: jax.Array, valid: jax.Array) -> jax.Array:
         k = self.clients_per_round
@@ -89,15 +85,14 @@ class KAsyncSGD(AsyncParts):
     def round(
         self, state: KAsyncState, inputs: RoundInput, problem: Problem
     ) -> tuple[KAsyncState, Metrics, Any]:  # Any: the cursor
-        clock_state, c, started, metrics, cursor = completions(
-            self, self.clients_per_round, state.clock, state.store, inputs, state.params)
+        clock, c, cursor = self.completions(state, inputs)
         grads, _ = local_gradients(problem, state.params, c.clients, c.train_key,
                                    batch_size=self.batch_size, starts=c.starts,
                                    batch_ids=c.batch_ids)
         step = jnp.tensordot(self._weights(c.staleness, c.valid).astype(jnp.float32), grads, 1)
         params = server.add_delta(state.params, -self.client_lr * step)
-        store = record(self, state.store, inputs.round, state.params, params, started)
-        return KAsyncState(params, clock_state, store), metrics, cursor
+        store = self.record(state, inputs.round, params, c)
+        return KAsyncState(params, clock, store), c.metrics, cursor
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,5 +114,5 @@ class SASGD(KAsyncSGD):
 class GSGM(KAsyncSGD):
     """Gradient scheduling: one gradient per client per round, plain mean (P:L425)."""
 
-    durations: Any = dataclasses.field(
+    durations: clock_lib.Durations | clock_lib.KofP = dataclasses.field(
         default_factory=lambda: clock_lib.KofP(one_per_round=True), kw_only=True)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from fedjax_avail import server
 from fedjax_avail._checks import Count, Positive, check_fields
-from fedjax_avail.algorithms._base import Metrics, RoundInput
+from fedjax_avail.algorithms._base import Algorithm, Footprint, Metrics, RoundInput
 from fedjax_avail.local import Problem, local_sgd
 
 
@@ -18,7 +18,7 @@ class SequentialSGDState(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class SequentialSGD:
+class SequentialSGD(Algorithm):
     """Plain minibatch SGD on all clients' data pooled, ``K * C`` steps per round.
 
     "Standard SGD on the whole training dataset", with ``beta N C`` iterations per round so that
@@ -41,13 +41,10 @@ class SequentialSGD:
     def __post_init__(self):
         check_fields(self)
 
-    def validate(self, num_clients: int) -> None:
-        del num_clients
-
-    def cohort_size(self, num_clients: int) -> int:
+    def footprint(self, num_clients: int) -> Footprint:
         """One pooled "client" trains."""
         del num_clients
-        return 1
+        return Footprint(1, self.batch_size, 1)
 
     def init(self, params: Any, num_clients: int) -> SequentialSGDState:
         del num_clients

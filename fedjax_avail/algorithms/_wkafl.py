@@ -46,7 +46,7 @@ from fedjax_avail._checks import (
     Range,
     check_fields,
 )
-from fedjax_avail.algorithms._async import AsyncParts, completions, record
+from fedjax_avail.algorithms._async import AsyncParts
 from fedjax_avail.algorithms._base import Metrics, RoundInput
 from fedjax_avail.algorithms._staleness import exponential_weights
 from fedjax_avail.local import Problem, flat_size, local_gradients
@@ -128,21 +128,17 @@ class WKAFL(AsyncParts):
                                       SIMILARITY_WEIGHTS)):
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
-        self._check_async(self.clients_per_round)
-
-    def validate(self, num_clients: int) -> None:
-        self._validate_async(self.clients_per_round, num_clients)
+        self._check_async()
 
     def init(self, params: Any, num_clients: int) -> WKAFLState:
-        clock, store = self._init_async(params, num_clients, self.clients_per_round)
+        clock, store = self.init_parts(params, num_clients)
         return WKAFLState(params, clock, store, jnp.zeros((flat_size(params),), jnp.float32),
                           jnp.int32(1))
 
     def round(
         self, state: WKAFLState, inputs: RoundInput, problem: Problem
     ) -> tuple[WKAFLState, Metrics, Any]:  # Any: the cursor
-        clock_state, c, started, metrics, cursor = completions(
-            self, self.clients_per_round, state.clock, state.store, inputs, state.params)
+        clock, c, cursor = self.completions(state, inputs)
         grads, losses = local_gradients(problem, state.params, c.clients, c.train_key,
                                         batch_size=self.batch_size, starts=c.starts,
                                         batch_ids=c.batch_ids)  # L6-9
@@ -168,9 +164,9 @@ class WKAFL(AsyncParts):
         params = server.add_delta(state.params, -lr * update)  # L17
         momentum = update if self.momentum_source == "aggregate" else estimate
         momentum = jnp.where(count > 0, momentum, state.momentum)
-        store = record(self, state.store, inputs.round, state.params, params, started)
-        metrics = {**metrics, "stage": stage, "lr": lr, "num_consistent": chosen}
-        return WKAFLState(params, clock_state, store, momentum, stage), metrics, cursor
+        store = self.record(state, inputs.round, params, c)
+        metrics = {**c.metrics, "stage": stage, "lr": lr, "num_consistent": chosen}
+        return WKAFLState(params, clock, store, momentum, stage), metrics, cursor
 
     def _stage(self, stage, round_index, losses, valid, count):
         if self.stage_switch == "round":

@@ -5,7 +5,8 @@ A process is a frozen dataclass with two pure functions over all N clients at on
 * ``init(key, num_clients) -> state``: called once, outside ``jit``; validates against N.
 * ``step(state, t, key) -> (state, mask)``: ``mask`` is ``[N]`` bool, True where client i is
   available in time slot t (virtual time ``[t L, (t + 1) L)``, L the slot length,
-  :mod:`._timeline`). A synchronous round without durations is one slot: round r uses step r.
+  :mod:`fedjax_avail.timeline`). A synchronous round without durations is one slot: round r
+  uses step r.
 * optional ``skip(state, t, k, key) -> state``: the state after slots ``t, ..., t + k - 1``
   passed unobserved (k >= 0, traced), in one call; ``k = 0`` must return ``state`` unchanged.
   A process whose state does not change with time returns it as is; the Markov chain uses its

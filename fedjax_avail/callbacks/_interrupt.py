@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from fedjax_avail.callbacks._callback import Callback, Run
+from fedjax_avail.callbacks._callback import Callback
 from fedjax_avail.results import Interrupted
+from fedjax_avail.run import Run
 
 _UNSET = object()
 
@@ -60,7 +61,7 @@ class StopOnCtrlC(Callback):
         self._signal.__enter__()
 
     def on_chunk_end(self, run: Run, metrics: dict[str, np.ndarray]) -> None:
-        if not self._signal.requested or run.done >= run.rounds:  # the last chunk: finished
+        if not self._signal.requested or run.complete:  # the last chunk: finished
             return
         where = self.checkpoint_dir
         message = (f"interrupted after round {run.done} of {run.rounds}"

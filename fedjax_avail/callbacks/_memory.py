@@ -5,7 +5,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from fedjax_avail.callbacks._callback import Callback, Run
+from fedjax_avail.callbacks._callback import Callback
+from fedjax_avail.run import Run
 
 
 def live_bytes() -> int:

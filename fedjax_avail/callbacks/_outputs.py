@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from fedjax_avail._io import atomic_write_text
-from fedjax_avail.callbacks._callback import Callback, Run
+from fedjax_avail.callbacks._callback import Callback
+from fedjax_avail.run import Run
 
 
 def run_names(run: Run) -> list[dict[str, Any]]:
@@ -70,7 +71,7 @@ class CSVLogger(_Output):
         if run.done:  # resumed: the restored rows are current at once
             self.write(run)
 
-    def on_evaluation(self, run: Run, rows: list[dict[str, float]]) -> None:
+    def on_evaluation(self, run: Run, rows: list[dict[str, float] | None]) -> None:
         self.write(run)
 
     def write(self, run: Run) -> None:
@@ -162,8 +163,10 @@ class TensorBoard(_Output):
 
         self._attempt(self.log_dir, open_writers)
 
-    def on_evaluation(self, run: Run, rows: list[dict[str, float]]) -> None:
+    def on_evaluation(self, run: Run, rows: list[dict[str, float] | None]) -> None:
         for writer, row in zip(self._writers, rows, strict=False):
+            if row is None:  # no new row for that run (its budget ended it earlier)
+                continue
             values = [self._summary.Value(tag=key, simple_value=float(value))
                       for key, value in row.items() if key != "round" and value == value]
             event = self._event(wall_time=time.time(), step=int(row["round"]),

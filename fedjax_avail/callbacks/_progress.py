@@ -15,7 +15,8 @@ import time
 import numpy as np
 from tqdm.auto import tqdm
 
-from fedjax_avail.callbacks._callback import Callback, Run
+from fedjax_avail.callbacks._callback import Callback
+from fedjax_avail.run import Run
 
 
 class Progress:
@@ -84,8 +85,8 @@ class ProgressDisplay(Callback):
     and the latest training loss after every chunk; with a virtual-time budget also the share
     of it reached (by the run furthest behind), which the ETA then follows."""
 
-    def __init__(self, enabled: bool, max_virtual_time: float | None = None):
-        self.enabled, self.max_virtual_time = enabled, max_virtual_time
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
         self._progress: Progress | None = None
         self._loss: float | None = None
 
@@ -94,17 +95,16 @@ class ProgressDisplay(Callback):
         if run.done < run.rounds:
             self._progress.compiling()
 
-    def on_evaluation(self, run: Run, rows: list[dict[str, float]]) -> None:
-        self._loss = rows[0]["train_loss"]
+    def on_evaluation(self, run: Run, rows: list[dict[str, float] | None]) -> None:
+        self._loss = next((row["train_loss"] for row in rows if row is not None), self._loss)
 
     def on_chunk_end(self, run: Run, metrics: dict[str, np.ndarray]) -> None:
         length = len(next(iter(metrics.values())))
         budget_done = None
-        if self.max_virtual_time is not None and len(metrics["virtual_time"]):
-            budget_done = float(np.min(metrics["virtual_time"][-1])) / self.max_virtual_time
+        if run.max_virtual_time is not None and len(metrics["virtual_time"]):
+            budget_done = float(np.min(metrics["virtual_time"][-1])) / run.max_virtual_time
         self._progress.update(length, run.timing["run"], run.done - run.started_at, self._loss,
                               budget_done)
-        self._loss = None
 
     def on_run_end(self, run: Run) -> None:
         if self._progress is not None:

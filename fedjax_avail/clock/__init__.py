@@ -16,7 +16,6 @@ from fedjax_avail.clock._events import (
     Completions,
     EventClock,
     EventClockState,
-    add_time,
     check_offline,
 )
 from fedjax_avail.clock._kofp import KofPClock, KofPState
@@ -76,7 +75,6 @@ __all__ = [
     "RoundClock",
     "RoundClockState",
     "Starts",
-    "add_time",
     "make_clock",
     "model_store",
     "staleness_histogram",

@@ -88,6 +88,12 @@ class _Durations:
                              "clients")
         return speed
 
+    def shortest(self, speed: np.ndarray) -> float:
+        """The shortest job any client of speed factors ``speed`` ``[N]`` can draw (0 for a
+        distribution that reaches every duration > 0)."""
+        del speed
+        return 0.0
+
     def sample(self, key: jax.Array, speed: jax.Array) -> jax.Array:
         """Durations ``[S]`` of jobs of clients with speed factors ``speed`` ``[S]``."""
         return self._base(key, speed.shape) / speed
@@ -109,6 +115,9 @@ class Constant(_Durations):
     def __post_init__(self):
         super().__post_init__()
         self._check_span(self.duration, self.duration)
+
+    def shortest(self, speed: np.ndarray) -> float:
+        return float(np.float32(self.duration) / np.max(speed))
 
     def _base(self, key, shape):
         del key
@@ -145,6 +154,10 @@ class LogNormal(_Durations):
         mu = math.log(self.mean) - self.sigma**2 / 2
         self._check_span(math.exp(max(mu - _Z * self.sigma, -700)),
                          math.exp(min(mu + _Z * self.sigma, 700)))
+
+    def shortest(self, speed: np.ndarray) -> float:
+        """The mean over the fastest speed when sigma = 0 (every job takes its mean), else 0."""
+        return float(np.float32(self.mean) / np.max(speed)) if self.sigma == 0 else 0.0
 
     def _base(self, key, shape):
         mu = math.log(self.mean) - self.sigma**2 / 2

@@ -3,7 +3,7 @@
 One call of :meth:`EventClock.step` is one server update (the scan step): it advances virtual
 time through the next K job completions (the buffer of FedBuff, the K gradients of K-async
 SGD), reading availability slot by slot on the run's timeline
-(``fedjax_avail.availability._timeline.Timeline``). Within the current availability slot, in order:
+(:class:`fedjax_avail.timeline.Timeline`). Within the current availability slot, in order:
 
 1. **Offline clients.** A job whose client is unavailable in the slot is ``"lost"`` (cancelled,
    its slot freed; counted in ``jobs_lost``) or, with ``offline="late"``, it cannot complete
@@ -42,9 +42,9 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_avail._checks import Count, check_fields
-from fedjax_avail.availability._timeline import Cursor, Timeline
 from fedjax_avail.clock._durations import Durations
 from fedjax_avail.clock._store import Starts
+from fedjax_avail.timeline import Cursor, Timeline, add_time
 
 OFFLINE = ("lost", "late")
 _NEVER = jnp.inf
@@ -75,13 +75,6 @@ class EventClockState(NamedTuple):
 def _uniform_scores(key: jax.Array, mask: jax.Array) -> jax.Array:
     """float32 scores, uniform in [0, 1) where ``mask``, -1 elsewhere (for a random top_k)."""
     return jnp.where(mask, jax.random.uniform(key, mask.shape), -1.0)
-
-
-def add_time(time: jax.Array, dt: jax.Array) -> jax.Array:
-    """Kahan summation: ``time = (sum, compensation)``."""
-    y = dt - time[1]
-    total = time[0] + y
-    return jnp.stack([total, (total - time[0]) - y])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +114,10 @@ class EventClock:
 
     def virtual_time(self, state: EventClockState) -> jax.Array:
         return state.time[0]
+
+    def metrics(self, state: EventClockState) -> dict[str, jax.Array]:
+        """Per-update metrics of the clock: ``jobs_lost`` (so far) and ``stalled``."""
+        return {"jobs_lost": state.jobs_lost, "stalled": state.stalled}
 
     def step(self, state: EventClockState, timeline: Timeline, cursor: Cursor, key: jax.Array,
              t: jax.Array):

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 
 from fedjax_avail._checks import Annotated, Range, check_fields
 from fedjax_avail.clock._durations import Constant, Durations, Exponential, LogNormal
-from fedjax_avail.clock._events import add_time
+from fedjax_avail.timeline import add_time
 
 
 class RoundClockState(NamedTuple):
@@ -70,6 +70,23 @@ class RoundClock:
     def selected(self, k: int) -> int:
         """How many clients to select for K to train: ``ceil(f K)`` (K without over-selection)."""
         return math.ceil(round(self.over_selection * k, 9))
+
+    def check(self, num_clients: int) -> None:
+        """Checks the speed factors against N, and that a job can meet the deadline.
+
+        Raises:
+          ValueError: ``speed`` of another length, or a deadline shorter than the shortest job
+            any client can draw (the round would train nothing, every round).
+        """
+        speed = self.durations.speeds(num_clients)
+        shortest = self.durations.shortest(speed)
+        if self.deadline is not None and shortest > self.deadline:
+            raise ValueError(
+                f"deadline={self.deadline!r} is shorter than every job: with durations="
+                f"{type(self.durations).__name__}{self.durations._text()} the fastest client's "
+                f"job takes {shortest:.6g}, so no client could ever finish in time and every "
+                f"round would train nothing; raise the deadline above {shortest:.6g} or "
+                "shorten the jobs")
 
     def init(self, num_clients: int) -> RoundClockState:
         return RoundClockState(jnp.asarray(self.durations.speeds(num_clients)),

@@ -13,7 +13,7 @@ initial model). A job that started from version v and is applied in update t has
   history is long enough (``tests/test_async.py``).
 
 Either store may keep its rows as ``"bfloat16"`` or ``"int8"`` (with a scale per row) instead of
-float32 (``table_dtype``; :func:`fedjax_avail.cohort.encode_rows`): a stale job then starts from
+float32 (``table_dtype``; :func:`fedjax_avail.tables.encode_rows`): a stale job then starts from
 the rounded model. The store's state is ``(rows, row scales)``.
 """
 
@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_avail import cohort as cohort_lib
+from fedjax_avail import tables as tables_lib
 from fedjax_avail._checks import Count, check_fields
 
 
@@ -38,15 +39,15 @@ class Starts(NamedTuple):
 
 
 def _filled(x0: jax.Array, rows: int, dtype: str):
-    values, scale = cohort_lib.table_zeros(rows, x0.shape[0], dtype)
-    stored, row_scale = cohort_lib.encode_rows(x0[None], values.dtype)
+    values, scale = tables_lib.table_zeros(rows, x0.shape[0], dtype)
+    stored, row_scale = tables_lib.encode_rows(x0[None], values.dtype)
     return values.at[:].set(stored[0]), scale.at[:].set(row_scale[0])
 
 
 def _put(store, rows, models, valid=None):
     """Writes float32 ``models`` [S, P] into rows ``rows`` [S] (invalid ones dropped)."""
     values, scale = store
-    stored, row_scale = cohort_lib.encode_rows(models, values.dtype)
+    stored, row_scale = tables_lib.encode_rows(models, values.dtype)
     if valid is not None:
         rows = jnp.where(valid, rows, values.shape[0])
     return (values.at[rows].set(stored, mode="drop"),
@@ -57,7 +58,7 @@ def _get(store, rows):
     """Rows ``rows`` [S] of the store, decoded to float32 ``[S, P]`` (read with
     :func:`fedjax_avail.cohort.gather`, so that one row does not make XLA:CPU copy the store)."""
     values, scale = store
-    return cohort_lib.decode_rows(cohort_lib.gather(values, rows), cohort_lib.gather(scale, rows))
+    return tables_lib.decode_rows(cohort_lib.gather(values, rows), cohort_lib.gather(scale, rows))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +70,7 @@ class ModelHistory:
 
     def __post_init__(self):
         check_fields(self)
-        cohort_lib.check_table_dtype(self.dtype)
+        tables_lib.check_table_dtype(self.dtype)
 
     def init(self, x0: jax.Array, num_clients: int):
         del num_clients

@@ -25,14 +25,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fedjax_avail import cohort, inputs, memory
+from fedjax_avail import inputs, memory
 from fedjax_avail._checks import NonNegative, check_int, check_optional_int, check_value
 from fedjax_avail._io import atomic_write_text, check_writable_dir
 from fedjax_avail._lock import DirectoryLock
 from fedjax_avail._provenance import provenance
 from fedjax_avail.algorithms import Algorithm
 from fedjax_avail.availability import AvailabilityProcess
-from fedjax_avail.callbacks import CSVLogger, TensorBoard
+from fedjax_avail.callbacks import Checkpointing, CSVLogger, Evaluation, TensorBoard
 from fedjax_avail.checkpoint import KEEP
 from fedjax_avail.data import FederatedData
 from fedjax_avail.engine import DivergenceError, Interrupted, simulate
@@ -40,6 +40,7 @@ from fedjax_avail.experiments._settings import CHOICES, MEANINGS, check_settings
 from fedjax_avail.experiments._summary import summary_row
 from fedjax_avail.history import History
 from fedjax_avail.plotting import plot_histories, run_title
+from fedjax_avail.runs import runs_layout
 from fedjax_avail.tasks import Task
 
 # run()'s floor between checkpoints with its default checkpoint_every: a save costs ~70 ms
@@ -242,28 +243,27 @@ def run(
                 out_dir = _write(out_dir, meta, per_seed, summary, experiment, setup, plot, seeds)
 
         for name, algorithm in setup.algorithms.items():
-            checkpoints, callbacks = None, []
+            eval_every = setup.eval_every_of(name, config)
+            callbacks = [_evaluation(setup, eval_every, config)]
             if out_dir is not None:
                 checkpoints = out_dir / "checkpoints" / name
                 if not resume:
                     shutil.rmtree(checkpoints, ignore_errors=True)
+                if checkpoint:
+                    callbacks.append(Checkpointing(
+                        checkpoints, every=checkpoint_every or 10 * eval_every,
+                        keep=keep_checkpoints, seconds=checkpoint_seconds))
                 callbacks.append(CSVLogger(out_dir / "metrics.csv", {"algorithm": name},
                                            _csv_rows(per_seed, seeds)))
                 if tensorboard:
                     callbacks.append(TensorBoard(out_dir / "tensorboard" / name))
             start = time.perf_counter()
-            eval_every = setup.eval_every_of(name, config)
             try:
                 result = simulate(
                     setup.task, setup.train, algorithm, setup.availability,
                     rounds=setup.rounds_of(name, config), seed=seeds or config["seed"],
-                    eval_every=eval_every, max_virtual_time=setup.max_virtual_time,
-                    test_data=setup.test, progress=progress, desc=name,
-                    checkpoint_dir=checkpoints if checkpoint else None,
-                    checkpoint_every=checkpoint_every or 10 * eval_every,
-                    checkpoint_keep=keep_checkpoints, checkpoint_seconds=checkpoint_seconds,
-                    train_eval_examples=config.get("train_eval_examples"), mesh=mesh,
-                    callbacks=callbacks,
+                    max_virtual_time=setup.max_virtual_time, progress=progress, desc=name,
+                    mesh=mesh, callbacks=callbacks,
                 )
                 status, stopped = "ok", None
             except DivergenceError as error:
@@ -326,19 +326,25 @@ def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None,
     rows = []
     for name, algorithm in setup.algorithms.items():
         rounds = setup.rounds_of(name, config)
-        test = inputs.check_simulate_args(
-            setup.task, setup.train, algorithm, setup.availability, rounds, seeds,
-            setup.eval_every_of(name, config), setup.test, None, 4096, None,
-            config.get("train_eval_examples"))
+        evaluation = _evaluation(setup, setup.eval_every_of(name, config), config)
+        inputs.check_simulate_args(setup.task, setup.train, algorithm, setup.availability,
+                                   rounds, seeds, "auto")
+        evaluation.check(setup.task)
         available = memory.available_bytes(mesh=mesh)
         estimate, _ = memory.fitting_estimate(  # simulate's choice of runs at once
             setup.task, setup.train, algorithm, setup.availability, available=available,
-            runs=len(seeds), runs_layout=cohort.runs_layout(mesh=mesh if len(seeds) > 1 else None),
-            test_data=test, mesh=mesh)
+            runs=len(seeds), runs_layout=runs_layout(mesh=mesh if len(seeds) > 1 else None),
+            test_data=evaluation.test_arrays, mesh=mesh)
         memory.check_fits(estimate, available)
         rows.append({"algorithm": name, "rounds": rounds, "seeds": seeds,
                      "estimated_bytes": estimate.total})
     return rows
+
+
+def _evaluation(setup: Setup, every: int, config: Mapping[str, Any]) -> Evaluation:
+    """The evaluation of one of the experiment's algorithms (its ``eval_every``; the
+    ``train_eval_examples`` setting where the experiment has one)."""
+    return Evaluation(setup.test, every, train_examples=config.get("train_eval_examples"))
 
 
 def _as_list(result) -> list:

@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from fedjax_avail._checks import is_int, is_real
-from fedjax_avail.cohort import TABLE_DTYPES
 from fedjax_avail.inputs import MAX_ROUNDS
 from fedjax_avail.selection._submodular import PHIS
+from fedjax_avail.tables import TABLE_DTYPES
 
 
 def _int(low: int, high: int | None = None) -> tuple[str, Callable[[Any], bool]]:

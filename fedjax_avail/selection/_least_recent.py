@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_avail import cohort as cohort_lib
+from fedjax_avail.selection._base import Selection
 
 
 def least_recent(
@@ -38,7 +39,7 @@ def least_recent(
 
 
 @dataclasses.dataclass(frozen=True)
-class LeastRecent:
+class LeastRecent(Selection):
     """The K available clients that participated least recently (:func:`least_recent`).
 
     State: ``[N]`` int32 stamps, the last round each client reported in (-1: never); a client

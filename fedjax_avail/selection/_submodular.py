@@ -35,7 +35,7 @@ proportional to their data size, the K with the highest local loss at the curren
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal, NamedTuple
+from typing import ClassVar, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -43,6 +43,7 @@ import jax.numpy as jnp
 from fedjax_avail import cohort as cohort_lib
 from fedjax_avail._checks import Count, NonNegative, Positive, check_fields
 from fedjax_avail.local import flat_size, full_batch
+from fedjax_avail.selection._base import FullBatchPass, Selection
 from fedjax_avail.selection._facility import greedy
 
 METHODS = ("stochastic", "greedy")
@@ -84,7 +85,7 @@ class FacilityState(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class DivFL:
+class DivFL(Selection):
     """Diverse client selection: facility location on client gradients (module docstring).
 
     Args:
@@ -102,6 +103,7 @@ class DivFL:
     candidates: Count | Literal["code"] = 10
     method: str = "stochastic"
     refresh: str = "selected"
+    prepares: ClassVar[bool] = True  # every client's gradient before round 0
 
     def __post_init__(self):
         check_fields(self)
@@ -110,8 +112,15 @@ class DivFL:
             if value not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
 
-    def validate(self, k: int, num_clients: int) -> None:
-        del k, num_clients
+    def full_batch_passes(self, k: int, num_clients: int) -> tuple[FullBatchPass, ...]:
+        """The gradients of all N before round 0 (they become the ``[N, P]`` features table, a
+        per-client table: no result rows), of the K members after each round (``[K, P]``), and
+        with ``refresh="available"`` of all N every round (``[N, P]``)."""
+        passes = (FullBatchPass(num_clients, ALL_CLIENTS_CHUNK, 0, True),
+                  FullBatchPass(k, k, k, True))
+        if self.refresh == "available":
+            passes += (FullBatchPass(num_clients, ALL_CLIENTS_CHUNK, num_clients, True),)
+        return passes
 
     def init(self, params, num_clients: int) -> FacilityState:
         size = flat_size(params)
@@ -257,7 +266,7 @@ class UnionFL(DivFL):
 
 
 @dataclasses.dataclass(frozen=True)
-class PowerOfChoice:
+class PowerOfChoice(Selection):
     """Power-of-Choice (module docstring): d candidates by data size, the K lossiest win.
 
     Args:
@@ -274,9 +283,10 @@ class PowerOfChoice:
             raise ValueError(f"d must be in [clients_per_round={k}, num_clients="
                              f"{num_clients}], got {self.d}")
 
-    def init(self, params, num_clients: int) -> tuple:
-        del params, num_clients
-        return ()
+    def full_batch_passes(self, k: int, num_clients: int) -> tuple[FullBatchPass, ...]:
+        """The losses of its d candidates, every round."""
+        del k, num_clients
+        return (FullBatchPass(self.d, self.d, 0, False),)
 
     def select(self, state, context, k: int):
         counts = context.problem.data.counts.astype(jnp.float32)
@@ -288,7 +298,3 @@ class PowerOfChoice:
         _, losses = full_batch(context.problem, context.params, candidates, with_grads=False)
         _, best = jax.lax.top_k(jnp.where(ok, losses, -jnp.inf), k)
         return state, candidates[best], ok[best]
-
-    def update(self, state, context, cohort, valid):
-        del context, cohort, valid
-        return state

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from fedjax_avail import _bits
+from fedjax_avail.selection._base import Selection
 
 
 def uniform(key: jax.Array, available: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
@@ -37,20 +38,12 @@ def uniform(key: jax.Array, available: jax.Array, k: int) -> tuple[jax.Array, ja
 
 
 @dataclasses.dataclass(frozen=True)
-class Uniform:
+class Uniform(Selection):
     """K clients uniformly at random among the available ones (:func:`uniform`); no state.
 
     Example:
       >>> fa.algorithms.FedAvg(clients_per_round=10, selection=fa.selection.Uniform())
     """
 
-    def init(self, params, num_clients: int) -> tuple:
-        del params, num_clients
-        return ()
-
     def select(self, state, context, k: int):
         return (state, *uniform(context.key, context.available, k))
-
-    def update(self, state, context, cohort, valid):
-        del context, cohort, valid
-        return state

@@ -1,4 +1,4 @@
-"""Availability on the virtual-time axis: one clock for synchronous and asynchronous algorithms.
+"""Virtual time: one clock for synchronous and asynchronous algorithms, availability read on it.
 
 Virtual time is divided into slots of a fixed length L (``slot_length``, default 1.0): slot s
 is ``[s L, (s + 1) L)``, and an availability process gives one mask per slot. Whoever owns
@@ -12,6 +12,10 @@ time reads the mask of the slot it is in:
 A read may jump several slots at once (:func:`fedjax_avail.availability.skip`: memoryless and
 periodic processes just read the later slot; the Markov chain draws its k-step transition).
 Slot s always uses the availability key of s, so a mask does not depend on who reads it.
+
+Time itself is a float32 pair (sum, compensation) added up by :func:`add_time` (Kahan), and a
+run's virtual-time budget (``simulate(max_virtual_time=...)``) ends it after the round in
+progress at the budget (:func:`within_budget`, :func:`budget_end`).
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fedjax_avail import _keys
-from fedjax_avail.availability._process import AvailabilityProcess, ended, skip
+from fedjax_avail.availability import AvailabilityProcess, ended, skip
 
 _SKIP_STREAM = 0x5C1  # folded into the first skipped slot's key: the skip's own draw
 
@@ -85,3 +90,27 @@ class Timeline:
         """``[]`` bool: nobody is available in any slot after the cursor's (a trace played once
         that has run out)."""
         return ended(self.process, cursor.state, cursor.slot + 1)
+
+
+def add_time(time: jax.Array, dt: jax.Array) -> jax.Array:
+    """Kahan summation: ``time = (sum, compensation)``, ``[2]`` float32."""
+    y = dt - time[1]
+    total = time[0] + y
+    return jnp.stack([total, (total - time[0]) - y])
+
+
+def within_budget(start: jax.Array, budget: float) -> jax.Array:
+    """``[]`` bool: a round (server update) that starts at virtual time ``start`` runs under a
+    budget of ``budget``: the one in progress at the budget is the last (float32, as time)."""
+    return jnp.asarray(start, jnp.float32) < jnp.float32(budget)
+
+
+def budget_end(in_budget: np.ndarray, times: np.ndarray, budget: float) -> int | None:
+    """The round count at which a run's budget ended it, from its per-round metrics so far
+    (``in_budget`` ``[R]`` bool, ``times`` ``[R]`` the virtual time after each round): the
+    rounds that ran, once a round past the budget was skipped or the last one reached the
+    budget (the next would not start: :func:`within_budget`); None while it goes on."""
+    ran = int(np.sum(in_budget))
+    if ran < len(in_budget) or (ran and np.float32(times[ran - 1]) >= np.float32(budget)):
+        return ran
+    return None
