@@ -20,8 +20,7 @@ from fedjax_avail._checks import NonNegative, check_value
 from fedjax_avail._lock import DirectoryBusyError
 from fedjax_avail.checkpoint import KEEP
 from fedjax_avail.compilation_cache import ENV, enable_compilation_cache
-from fedjax_avail.experiments._experiment import DEFAULT_CHECKPOINT_SECONDS
-from fedjax_avail.experiments._settings import optional
+from fedjax_avail.experiments import DEFAULT_CHECKPOINT_SECONDS, optional
 from fedjax_avail.results import Interrupted
 
 EPILOG = """examples:
@@ -57,7 +56,30 @@ def _setting(experiment, key: str, value: Any, defaults: dict, source: str) -> A
             return experiments.parse_value(value, defaults[key])
         except ValueError as error:
             raise UserError(f"{source} {key}: {error}") from None
+    expected = _toml_kind(defaults[key])
+    if expected is not None and not expected[1](value):
+        raise UserError(f"{source} {key} must be {expected[0]}, got {value!r} "
+                        f"({type(value).__name__})")
     return tuple(value) if isinstance(value, list) else value
+
+
+def _toml_kind(default: Any) -> tuple[str, Any] | None:
+    """What a TOML value of a setting with this default must be: ``(words, test)``; None for a
+    default of None (its setting's own rule checks it)."""
+    def number(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    if isinstance(default, bool):
+        return "true or false", lambda v: isinstance(v, bool)
+    if isinstance(default, int):
+        return "an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)
+    if isinstance(default, float):
+        return "a number", number
+    if isinstance(default, str):
+        return "a string", lambda v: isinstance(v, str)
+    if isinstance(default, tuple):
+        return "a list", lambda v: isinstance(v, list)
+    return None
 
 
 def _overrides(experiment, pairs: list[str], config: Path | None) -> dict:

@@ -45,7 +45,6 @@ from fedjax_avail.callbacks import (
     StallGuard,
     StopOnCtrlC,
 )
-from fedjax_avail.callbacks._callback import Actions, dispatch, run_end
 from fedjax_avail.data import FederatedData
 from fedjax_avail.plan import make_plan
 from fedjax_avail.program import RoundProgram
@@ -99,7 +98,7 @@ def _warn(results: list[Result], algorithm: Algorithm) -> None:
         warnings.warn(
             f"{dropped} contributions were dropped: the model version their job started from "
             f"was older than the history of {algorithm.history} models kept; raise `history`, "
-            "or use history=None (exact per-client copies)", stacklevel=4)
+            "or use history=None (exact per-client copies)", stacklevel=5)
     late = [r for r in results if "num_late" in r.round_metrics
             and np.sum(r.round_metrics["num_late"]) > 0
             and np.sum(r.round_metrics["num_selected"]) == 0]
@@ -108,7 +107,7 @@ def _warn(results: list[Result], algorithm: Algorithm) -> None:
         warnings.warn(
             f"no selected client finished in time in any of the {rounds} rounds: every round "
             f"trained nothing; raise deadline={algorithm.deadline!r} against the durations "
-            f"{type(algorithm.durations).__name__}", stacklevel=4)
+            f"{type(algorithm.durations).__name__}", stacklevel=5)
 
 
 @_refuse_moved
@@ -246,21 +245,24 @@ def simulate(
                                              ("test_data", test_data)) if v is not None})
     checkpointing = _the_one(
         callbacks, Checkpointing,
-        lambda: checkpoint_dir and Checkpointing(checkpoint_dir, every=evaluation.every),
+        lambda: None if checkpoint_dir is None else Checkpointing(checkpoint_dir,
+                                                                  every=evaluation.every),
         {"checkpoint_dir": checkpoint_dir} if checkpoint_dir is not None else {})
-    held = MeasureHeld()  # before anything of the run is allocated
-    plan = make_plan(task, data, algorithm, availability, rounds, seed, evaluation,
-                     client_chunk=client_chunk, mesh=mesh, runs_layout=runs_layout,
-                     slot_length=slot_length, max_virtual_time=max_virtual_time,
-                     check_memory=check_memory)
-    run = Run(rounds, plan.runs.seeds, plan.runs.several, desc, plan.carry, max_virtual_time,
-              start_time=start_time, memory={"estimated": plan.estimate.total})
-    plan.carry = None  # the run holds the state; a restored one replaces it
-    own = [c for c in callbacks if c is not evaluation and c is not checkpointing]
-    hooks = [StopOnCtrlC(checkpointing.directory if checkpointing else None), held,
-             ProgressDisplay(progress), evaluation, *own, DivergenceGuard(), StallGuard(),
-             *([checkpointing] if checkpointing else [])]
+    # one run a checkpoint directory: a second one refuses at once
     with checkpointing.lock() if checkpointing else contextlib.nullcontext():
+        held = MeasureHeld()  # before anything of the run is allocated
+        plan = make_plan(task, data, algorithm, availability, rounds, seed, evaluation,
+                         client_chunk=client_chunk, mesh=mesh, runs_layout=runs_layout,
+                         slot_length=slot_length, max_virtual_time=max_virtual_time,
+                         check_memory=check_memory)
+        run = Run(rounds, plan.runs.seeds, plan.runs.several, desc, plan.carry,
+                  max_virtual_time, start_time=start_time,
+                  memory={"estimated": plan.estimate.total})
+        plan.carry = None  # the run holds the state; a restored one replaces it
+        own = [c for c in callbacks if c is not evaluation and c is not checkpointing]
+        hooks = [StopOnCtrlC(checkpointing.directory if checkpointing else None), held,
+                 ProgressDisplay(progress), evaluation, *own, DivergenceGuard(), StallGuard(),
+                 *([checkpointing] if checkpointing else [])]
         # restored (and verified) before anything is compiled: a refused resume costs nothing
         restored = checkpointing.restore(run, plan.settings) if checkpointing else False
         evaluation.bind(task, plan.placement.data, plan.runs.several, plan.mesh)
@@ -268,6 +270,57 @@ def simulate(
     results = run.results()
     _warn(results, plan.algorithm)
     return results if run.several else results[0]
+
+
+def dispatch(callbacks: Sequence[Callback], hook: str, *args: Any) -> None:
+    """Calls ``hook`` on every callback, in order."""
+    for callback in callbacks:
+        getattr(callback, hook)(*args)
+
+
+class Actions:
+    """The callbacks with a cadence, each acting when it is due (``on_due``); the rows an
+    action records go to every callback's ``on_evaluation``."""
+
+    def __init__(self, callbacks: Sequence[Callback]):
+        self.callbacks = list(callbacks)
+        self._last = {id(c): time.perf_counter() for c in self.callbacks}
+
+    def boundaries(self, run: Run) -> list[int]:
+        """Round counts at which the next chunks end: the multiples of every cadence's
+        ``every`` after ``run.done``, and ``run.rounds``."""
+        ends = {run.rounds}
+        for callback in self.callbacks:
+            every = callback.cadence.every if callback.cadence else None
+            if every:
+                ends.update(range((run.done // every + 1) * every, run.rounds, every))
+        return sorted(e for e in ends if e > run.done)
+
+    def act(self, run: Run, start: bool = False) -> None:
+        """Each due action in order (before the first round: those due ``at_start``)."""
+        for callback in self.callbacks:
+            cadence = callback.cadence
+            if cadence is None or not (cadence.at_start if start else cadence.due(
+                    run, self._last[id(callback)])):
+                continue
+            rows = callback.on_due(run)
+            self._last[id(callback)] = time.perf_counter()
+            if rows is not None:
+                dispatch(self.callbacks, "on_evaluation", run, rows)
+
+
+def run_end(callbacks: Sequence[Callback], run: Run) -> None:
+    """``on_run_end`` of every callback, even when one raises (each releases what it holds);
+    the first error is raised after all have run, unless the run already has one
+    (``run.error``, which then goes on)."""
+    errors = []
+    for callback in callbacks:
+        try:
+            callback.on_run_end(run)
+        except Exception as error:  # each callback must still get its call
+            errors.append(error)
+    if errors and run.error is None:
+        raise errors[0]
 
 
 def _loop(run: Run, program: RoundProgram, hooks: list[Callback], fresh: bool) -> None:

@@ -138,7 +138,7 @@ def make_client_evaluator(task: Task, data: Any, batch_size: int = 4096,
     counts = np.asarray(data.counts)
     arrays = {k: v if isinstance(v, jax.Array) else jnp.asarray(v) for k, v in data.arrays.items()}
     # each row's client and the counts, beside examples held whole on each of several devices
-    # (a mesh's copies: RunEvaluation), else on the default device, uncommitted (free to follow
+    # (a mesh's copies: Evaluators), else on the default device, uncommitted (free to follow
     # the model to its device, as the examples of jnp.asarray are)
     sharding = next(iter(arrays.values())).sharding
     spread = sharding.is_fully_replicated and len(sharding.device_set) > 1

@@ -31,7 +31,7 @@ from fedjax_avail.local import Problem
 from fedjax_avail.plan import HEALTHY, Plan
 from fedjax_avail.results import DivergenceError
 from fedjax_avail.run import Run
-from fedjax_avail.timeline import Timeline, budget_end, within_budget
+from fedjax_avail.timeline import Timeline, within_budget
 
 # XLA:CPU hands batched dots to YNNPACK; with two batch dimensions (runs x cohort: several
 # seeds in one program) its kernel was measured 20x slower per run than with one (FedAvg on
@@ -76,7 +76,8 @@ class RoundProgram:
 
     A call records compile and run seconds and XLA's working set in ``run``, the chunk's metrics
     in ``run.chunks``, each run's first non-finite round in ``run.diverged`` and the runs that
-    their budget ended in ``run.ended``; it returns the chunk's per-round metrics.
+    ended on their own (a budget, a stall) in ``run.ended``; it returns the chunk's per-round
+    metrics.
     """
 
     def __init__(self, plan: Plan):
@@ -173,13 +174,7 @@ class RoundProgram:
         for i, h in enumerate(np.atleast_1d(to_host(run.carry[2]))):
             if h != HEALTHY and run.diverged[i] is None:
                 run.diverged[i] = int(h)
-        run.newly_ended = []
-        if self._plan.max_virtual_time is not None:
-            for i, m in enumerate(run.round_metrics(first)):
-                end_i = budget_end(m[IN_BUDGET], m["virtual_time"], self._plan.max_virtual_time)
-                if run.ended[i] is None and end_i is not None:
-                    run.ended[i] = first + end_i
-                    run.newly_ended.append(i)
+        run.record_ends(first)
         return run.chunks[-1]
 
     def _each_run(self, run: Run, round_ids: jax.Array) -> Any:

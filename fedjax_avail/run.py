@@ -12,6 +12,7 @@ import numpy as np
 
 from fedjax_avail.history import IN_BUDGET, History
 from fedjax_avail.results import Result
+from fedjax_avail.timeline import budget_end
 
 
 @dataclasses.dataclass(eq=False)
@@ -35,8 +36,11 @@ class Run:
       chunks: the per-round metrics of each chunk run so far (host arrays, each ``[length]``,
         ``[length, S]`` with several runs; a resumed run's restored rounds are the first).
       diverged: per run, the round it diverged in, else None.
-      ended: per run, the rounds it ran before its virtual-time budget ended it, else None.
-      newly_ended: the runs whose budget ended them in the last chunk.
+      ended: per run, the rounds it ran before it ended on its own, else None: its
+        virtual-time budget reached, or its asynchronous clock stalled (:func:`ended_at`);
+        the rounds after it changed nothing.
+      end_reasons: per run, why it ended (``Result.stopped``), else None.
+      newly_ended: the runs that ended on their own in the last chunk.
       timing: seconds so far (``compile``, ``run``, ``eval``, ``prepare``, ``earlier``).
       memory: bytes (``estimated``, ``held``, ``working_set``).
       stop_reason: set by :meth:`stop`.
@@ -58,6 +62,7 @@ class Run:
     chunks: list[dict[str, np.ndarray]] = dataclasses.field(default_factory=list)
     diverged: list[int | None] = dataclasses.field(default_factory=list)
     ended: list[int | None] = dataclasses.field(default_factory=list)
+    end_reasons: list[str | None] = dataclasses.field(default_factory=list)
     newly_ended: list[int] = dataclasses.field(default_factory=list)
     timing: dict[str, float] = dataclasses.field(default_factory=dict)
     memory: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -70,11 +75,12 @@ class Run:
         self.histories = self.histories or [History() for _ in range(count)]
         self.diverged = self.diverged or [None] * count
         self.ended = self.ended or [None] * count
+        self.end_reasons = self.end_reasons or [None] * count
         self.timing = {"compile": 0.0, "run": 0.0, "eval": 0.0, **self.timing}
 
     @property
     def complete(self) -> bool:
-        """Every round ran, or every run's budget ended it: nothing is left to run."""
+        """Every round ran, or every run ended on its own: nothing is left to run."""
         return self.done >= self.rounds or all(e is not None for e in self.ended)
 
     @property
@@ -119,18 +125,32 @@ class Run:
             return [joined]
         return [{k: v[:, i] for k, v in joined.items()} for i in range(len(self.seeds))]
 
+    def record_ends(self, first: int) -> None:
+        """Finds the runs that ended on their own in the rounds from ``first`` on (the last
+        chunk): ``ended``, ``end_reasons`` and ``newly_ended``."""
+        self.newly_ended = []
+        for i, metrics in enumerate(self.round_metrics(first)):
+            end = ended_at(metrics, self.max_virtual_time)
+            if self.ended[i] is None and end is not None:
+                self.ended[i], self.end_reasons[i] = first + end[0], end[1]
+                self.newly_ended.append(i)
+
     def stopped(self, i: int) -> str | None:
-        """Why run i ended before ``rounds``: its own budget, a stop, or None."""
+        """Why run i ended before ``rounds`` (``Result.stopped``): an error (divergence,
+        stall, Ctrl-C), its own end (its budget), a callback's stop; None when it ran them
+        all."""
+        if self.error is not None:
+            return self.stop_reason
         end = self.ended[i]
         if end is not None and end < self.rounds:
-            return f"max_virtual_time={self.max_virtual_time:g} reached"
-        if self.stop_reason is not None and (self.error is not None or self.done < self.rounds):
+            return self.end_reasons[i]
+        if self.stop_reason is not None and self.done < self.rounds:
             return self.stop_reason
         return None
 
     def results(self) -> list[Result]:
-        """One :class:`Result` per run, of what has been recorded so far; a run that its
-        budget ended has the per-round metrics of the rounds it ran."""
+        """One :class:`Result` per run, of what has been recorded so far; a run that ended on
+        its own has the per-round metrics of the rounds it ran."""
         timing = dict(self.timing, total=time.perf_counter() - self.start_time)
         timing.setdefault("earlier", 0.0)
         timing["s_per_round"] = timing["run"] / max(self.done - self.started_at, 1)
@@ -142,9 +162,9 @@ class Run:
                                                    strict=True)):
             state = (jax.tree.map(lambda a, i=i: a[i], self.carry[0]) if self.several
                      else self.carry[0])
-            if IN_BUDGET in metrics:
-                ran = int(np.sum(metrics[IN_BUDGET]))  # the rounds that ran are a prefix
-                metrics = {k: v[:ran] for k, v in metrics.items() if k != IN_BUDGET}
+            end = self.ended[i]
+            metrics = {k: v if end is None else v[:end] for k, v in metrics.items()
+                       if k != IN_BUDGET}
             out.append(Result(state.params, history, metrics, state, dict(timing), dict(memory),
                               self.stopped(i)))
         return out
@@ -153,6 +173,22 @@ class Run:
         """:meth:`results`, as ``simulate`` returns them: a list with several runs."""
         results = self.results()
         return results if self.several else results[0]
+
+
+def ended_at(metrics: dict[str, np.ndarray], budget: float | None
+             ) -> tuple[int, str] | None:
+    """Where a run ended on its own in its per-round metrics (``[R]`` each, from some round on):
+    ``(rounds it ran, why)``. Its virtual-time budget (:func:`fedjax_avail.timeline.
+    budget_end`), or a stall of its asynchronous clock (the updates before the first that could
+    not gather its results: it and those after applied nothing); None while it goes on."""
+    ends = []
+    if budget is not None:
+        end = budget_end(metrics[IN_BUDGET], metrics["virtual_time"], budget)
+        if end is not None:
+            ends.append((end, f"max_virtual_time={budget:g} reached"))
+    if "stalled" in metrics and np.any(metrics["stalled"]):
+        ends.append((int(np.argmax(metrics["stalled"])), "stalled"))
+    return min(ends) if ends else None
 
 
 def _length(chunk: dict[str, np.ndarray]) -> int:

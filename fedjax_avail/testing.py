@@ -193,6 +193,9 @@ def check_cohort_compute(algorithm: Algorithm, max_flops_per_client: float = 100
 
 def check_algorithm(algorithm: Algorithm) -> None:
     """Runs the whole battery (about 10-30 s on a CPU)."""
+    assert isinstance(algorithm, Algorithm), (
+        f"{type(algorithm).__name__} must subclass fa.algorithms.Algorithm (the contract: its "
+        "defaults for prepare, virtual_time, moves_time and the memory footprint)")
     check_traces_once(algorithm)
     check_deterministic(algorithm)
     check_converges(algorithm)

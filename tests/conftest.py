@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import jax._src.compiler
 import pytest
 
 import fedjax_avail as fa
@@ -86,3 +87,15 @@ def digits():
     return fa.data.load_digits()
 
 
+
+
+@pytest.fixture
+def no_compilation(monkeypatch):
+    """Fails a test that compiles anything: bad input must be reported before compute."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("compiled before the bad input was reported")
+
+    # compile_or_get_cached: a program the session's compilation cache holds (above) is
+    # loaded there without reaching backend_compile_and_load
+    monkeypatch.setattr(jax._src.compiler, "compile_or_get_cached", refuse)
+    monkeypatch.setattr(jax._src.compiler, "backend_compile_and_load", refuse)

@@ -6,7 +6,6 @@ value and states what is allowed (the fragments each case expects).
 
 import re
 
-import jax._src.compiler
 import numpy as np
 import pytest
 
@@ -212,17 +211,6 @@ CASES = [
     ("test_data lengths", sim(test_data={"x": X, "y": Y[:3]}), ValueError,
      ["test_data arrays must share one non-empty leading example axis", "'y': 3"]),
 ]
-
-
-@pytest.fixture
-def no_compilation(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("compiled before the bad input was reported")
-
-    # compile_or_get_cached: a program the session's compilation cache holds (conftest.py) is
-    # loaded there without reaching backend_compile_and_load
-    monkeypatch.setattr(jax._src.compiler, "compile_or_get_cached", refuse)
-    monkeypatch.setattr(jax._src.compiler, "backend_compile_and_load", refuse)
 
 
 def test_the_table_has_at_least_40_cases():

@@ -205,10 +205,11 @@ def test_checkpoint_seconds_skips_saves_due_too_soon_but_never_the_last_or_a_sto
     sooner than that after the run's start or the last save: with the clock at one second a
     round, saves due every 10 rounds at least 25 s apart fall at rounds 30 and 60 (the last);
     a stopped run is saved where it stopped. 0 saves every ``checkpoint_every`` rounds."""
-    from fedjax_avail.callbacks import _cadence, _callback
+    from fedjax_avail import engine
+    from fedjax_avail.callbacks import _cadence
 
     clock = [0.0]
-    for module in (_cadence, _callback):  # the cadence's clock
+    for module in (_cadence, engine):  # the cadence's clock
         monkeypatch.setattr(module, "time", type("Clock", (), {
             "perf_counter": staticmethod(lambda: clock[0])}))
 

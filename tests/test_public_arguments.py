@@ -21,7 +21,6 @@ import os
 import re
 import typing
 
-import jax
 import numpy as np
 import pytest
 
@@ -153,17 +152,6 @@ def test_every_public_class_is_covered():
 def test_every_public_function_that_takes_numbers_goes_through_the_checks():
     for fn, _ in FUNCTIONS.values():
         assert getattr(fn, "__checked__", False), fn.__name__
-
-
-@pytest.fixture
-def no_compilation(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("compiled before the bad argument was reported")
-
-    # compile_or_get_cached: a program the session's compilation cache holds (conftest.py) is
-    # loaded there without reaching backend_compile_and_load
-    monkeypatch.setattr(jax._src.compiler, "compile_or_get_cached", refuse)
-    monkeypatch.setattr(jax._src.compiler, "backend_compile_and_load", refuse)
 
 
 @pytest.mark.parametrize("make, valid, param, value", CASES)

@@ -30,8 +30,9 @@ class Cadence:
       at_start: before the first round (a fresh run; a resumed one has acted already).
       at_end: at the run's end: the last round, a stop (Ctrl-C, a divergence, a callback's
         :meth:`~fedjax_avail.Run.stop`), or every run's virtual-time budget reached.
-      at_budget_end: also at the boundary after each run's own budget ended it (a runs axis:
-        runs end at their own budgets).
+      at_each_end: also at the boundary after each run ended on its own (its virtual-time
+        budget reached, its asynchronous clock stalled; a runs axis's runs end at their own
+        budgets).
 
     Example:
       >>> Cadence(every=50, seconds=30.0)  # every 50 rounds, at least 30 s apart, and at the end
@@ -41,7 +42,7 @@ class Cadence:
     seconds: NonNegative = 0.0
     at_start: bool = False
     at_end: bool = True
-    at_budget_end: bool = False
+    at_each_end: bool = False
 
     def __post_init__(self):
         check_fields(self)
@@ -51,7 +52,7 @@ class Cadence:
         ``time.perf_counter()`` of its last time (or of the run's start)."""
         if self.at_end and run.finishing:
             return True
-        if self.at_budget_end and run.newly_ended:
+        if self.at_each_end and run.newly_ended:
             return True
         waited = time.perf_counter() - last >= self.seconds
         if self.every is None:

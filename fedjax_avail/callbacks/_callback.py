@@ -1,4 +1,4 @@
-"""The hooks of a run: :class:`Callback`, and how the loop calls a list of them.
+"""The hooks of a run: :class:`Callback`, and when the loop calls them.
 
 The engine's loop (:func:`fedjax_avail.simulate`) compiles a chunk of rounds, runs it and hands
 the boundary to the callbacks, in the order they are listed:
@@ -23,10 +23,6 @@ actions, cut to the hooks a round loop has.
 """
 
 from __future__ import annotations
-
-import time
-from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -71,54 +67,3 @@ class Callback:
 
     def on_run_end(self, run: Run) -> None:
         """At the end, also after an error (``run.error``); release what the callback holds."""
-
-
-def dispatch(callbacks: Sequence[Callback], hook: str, *args: Any) -> None:
-    """Calls ``hook`` on every callback, in order."""
-    for callback in callbacks:
-        getattr(callback, hook)(*args)
-
-
-class Actions:
-    """The callbacks with a cadence, each acting when it is due (``on_due``); the rows an
-    action records go to every callback's ``on_evaluation``."""
-
-    def __init__(self, callbacks: Sequence[Callback]):
-        self.callbacks = list(callbacks)
-        self._last = {id(c): time.perf_counter() for c in self.callbacks}
-
-    def boundaries(self, run: Run) -> list[int]:
-        """Round counts at which the next chunks end: the multiples of every cadence's
-        ``every`` after ``run.done``, and ``run.rounds``."""
-        ends = {run.rounds}
-        for callback in self.callbacks:
-            every = callback.cadence.every if callback.cadence else None
-            if every:
-                ends.update(range((run.done // every + 1) * every, run.rounds, every))
-        return sorted(e for e in ends if e > run.done)
-
-    def act(self, run: Run, start: bool = False) -> None:
-        """Each due action in order (before the first round: those due ``at_start``)."""
-        for callback in self.callbacks:
-            cadence = callback.cadence
-            if cadence is None or not (cadence.at_start if start else cadence.due(
-                    run, self._last[id(callback)])):
-                continue
-            rows = callback.on_due(run)
-            self._last[id(callback)] = time.perf_counter()
-            if rows is not None:
-                dispatch(self.callbacks, "on_evaluation", run, rows)
-
-
-def run_end(callbacks: Sequence[Callback], run: Run) -> None:
-    """``on_run_end`` of every callback, even when one raises (each releases what it holds);
-    the first error is raised after all have run, unless the run already has one
-    (``run.error``, which then goes on)."""
-    errors = []
-    for callback in callbacks:
-        try:
-            callback.on_run_end(run)
-        except Exception as error:  # each callback must still get its call
-            errors.append(error)
-    if errors and run.error is None:
-        raise errors[0]

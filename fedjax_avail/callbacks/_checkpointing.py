@@ -19,9 +19,8 @@ from fedjax_avail._lock import DirectoryLock
 from fedjax_avail.callbacks._cadence import Cadence
 from fedjax_avail.callbacks._callback import Callback
 from fedjax_avail.checkpoint import KEEP, RunCheckpointer
-from fedjax_avail.history import IN_BUDGET, History
+from fedjax_avail.history import History
 from fedjax_avail.run import Run, join_chunks
-from fedjax_avail.timeline import budget_end
 
 
 class Checkpointing(Callback):
@@ -90,10 +89,7 @@ class Checkpointing(Callback):
         saved = restored.rows if run.several else [restored.rows]
         run.histories = [History(rows) for rows in saved]
         run.chunks = [restored.round_metrics]
-        each = run.round_metrics()
-        if run.max_virtual_time is not None:
-            run.ended = [budget_end(m[IN_BUDGET], m["virtual_time"], run.max_virtual_time)
-                         for m in each]
+        run.record_ends(0)
         # A run diverged where its model first was not finite (the health flag) or its loss
         # first was not (seen by the host at an evaluation, recorded in its rows).
         health = np.atleast_1d(to_host(run.carry[2]))

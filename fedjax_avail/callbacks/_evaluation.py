@@ -3,8 +3,9 @@
 Every record of a run reads what this callback appends: ``Result.history``, the live CSV and
 TensorBoard files (which write the rows it hands to ``on_evaluation``) and the checkpoints
 (which save the histories). Its cadence: the initial model, every ``every`` rounds, and each
-run's last round (all rounds done, a stop, or its own virtual-time budget reached; a runs
-axis's runs end at their own budgets and each gets its final row at its own last round, once).
+run's last round (all rounds done, a stop, or its own end: its virtual-time budget reached or
+its asynchronous clock stalled; a runs axis's runs end at their own budgets and each gets its
+final row at its own last round, once).
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class Evaluation(Callback):
         if self.test_arrays is not None:
             check_finite(self.test_arrays, "test_data")
         self.every, self.batch_size, self.train_examples = every, batch_size, train_examples
-        self.cadence = Cadence(every=every, at_start=True, at_end=True, at_budget_end=True)
+        self.cadence = Cadence(every=every, at_start=True, at_end=True, at_each_end=True)
         self._evaluators: Evaluators | None = None
         self._last: list[int] = []  # per run, the round of its last row (-1: none)
 
@@ -103,7 +104,7 @@ class Evaluation(Callback):
         """Per run, the round of the row due now, or None."""
         due = []
         for end, last in zip(run.ended, self._last, strict=True):
-            if end is not None:  # its budget ended it: its last row, once
+            if end is not None:  # it ended on its own: its last row, once
                 due.append(end if end > last else None)
             elif run.done > last and (run.done % self.every == 0 or run.finishing):
                 due.append(run.done)

@@ -50,8 +50,8 @@ class StopOnInterrupt:
 
 class StopOnCtrlC(Callback):
     """Ctrl-C ends the run at the next chunk boundary with :class:`fedjax_avail.Interrupted`,
-    after the boundary's checkpoint is saved (listed first, so the callbacks after it, the
-    checkpointing among them, see the stop)."""
+    after the boundary's final evaluation and checkpoint (listed first, so the callbacks after
+    it, and the actions due at the boundary, see the stop)."""
 
     def __init__(self, checkpoint_dir: Path | None):
         self.checkpoint_dir = checkpoint_dir

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedjax_avail.callbacks._callback import Callback
-from fedjax_avail.clock._events import MAX_SLOTS_PER_UPDATE
+from fedjax_avail.clock import MAX_SLOTS_PER_UPDATE
 from fedjax_avail.results import StalledError
 from fedjax_avail.run import Run
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from fedjax_avail.clock._durations import Constant, Durations, Exponential, KofP, LogNormal
 from fedjax_avail.clock._events import (
+    MAX_SLOTS_PER_UPDATE,
     OFFLINE,
     Completions,
     EventClock,
@@ -59,6 +60,7 @@ def staleness_histogram(round_metrics) -> np.ndarray:
 
 
 __all__ = [
+    "MAX_SLOTS_PER_UPDATE",
     "OFFLINE",
     "Completions",
     "Constant",

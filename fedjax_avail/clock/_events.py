@@ -21,7 +21,14 @@ SGD), reading availability slot by slot on the run's timeline
    an outage passes without an update, and staleness counts server updates only. Uploads at
    the instant of the update are received before it, and downloads at that instant see the new
    model: a job started at the instant of the update starts from version t + 1 (so K = M = N
-   with constant durations is synchronous FedAvg).
+   with constant, equal durations is synchronous FedAvg).
+5. **Several updates at one instant.** When the completions at one instant fill several
+   updates (K = 1 and two jobs finishing together), they are made one after the other, and a
+   job that restarts while update t is gathered downloads version t + 1, the model of the
+   update it uploaded to: it does not see the later updates made at the same instant (its
+   client has downloaded already). Its next contribution is therefore one update staler than a
+   job restarted during the last of them (``tests/test_seams.py``, and the event-driven
+   reference ``tests/reference/events.py`` follows the same rule).
 
 An update that cannot gather K results because the availability process will never bring a
 client back (a trace played once that has ended), or none within ``MAX_SLOTS_PER_UPDATE``

@@ -8,6 +8,7 @@ from fedjax_avail.experiments._availability_sweep import (
 )
 from fedjax_avail.experiments._compare import compare_runs, read_histories
 from fedjax_avail.experiments._experiment import (
+    DEFAULT_CHECKPOINT_SECONDS,
     RESUMABLE,
     Experiment,
     RunOutcome,
@@ -29,6 +30,7 @@ from fedjax_avail.experiments._sentiment140 import (
     FEDLAAVG_SENTIMENT140_FIG7_BETA,
     FEDLAAVG_SENTIMENT140_FIG7_N,
 )
+from fedjax_avail.experiments._settings import optional
 from fedjax_avail.experiments._subtrunc import (
     SUBTRUNC_MNIST,
     SUBTRUNC_MNIST_LAMBDA,
@@ -84,6 +86,7 @@ __all__ = [
     "AVAILABILITY_MNIST",
     "AVAILABILITY_SWEEP_MNIST",
     "DEFAULT",
+    "DEFAULT_CHECKPOINT_SECONDS",
     "FEDLAAVG_MNIST",
     "REGISTRY",
     "RESUMABLE",
@@ -95,6 +98,7 @@ __all__ = [
     "compare_runs",
     "format_summary",
     "get",
+    "optional",
     "oscillation_amplitude",
     "parse_value",
     "plan",

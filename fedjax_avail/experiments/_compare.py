@@ -16,8 +16,15 @@ from fedjax_avail.plotting import plot_histories
 def read_histories(directory: str | Path) -> dict[str, History]:
     """The histories in ``directory/metrics.csv``, one per algorithm (the mean over seeds).
 
+    Reads the files ``fedjax-avail run`` writes (an ``algorithm`` column, a ``seed`` column with
+    several seeds) and those of :class:`fedjax_avail.callbacks.CSVLogger` and
+    :meth:`fedjax_avail.History.to_csv` (no ``algorithm`` column: one curve, named after the
+    folder; runs of a runs axis that share a seed, a ``run`` column: one curve each). Text
+    columns are left out.
+
     Raises:
       FileNotFoundError: no metrics.csv there.
+      ValueError: a metrics.csv with no rows, or without a ``round`` column.
     """
     path = Path(directory) / "metrics.csv"
     if not path.is_file():
@@ -25,13 +32,33 @@ def read_histories(directory: str | Path) -> dict[str, History]:
                                 "output directory?)")
     rows: dict[str, dict[float, list[dict[str, float]]]] = defaultdict(lambda: defaultdict(list))
     with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            values = {k: float(v) for k, v in row.items()
-                      if k not in ("algorithm", "seed") and v not in ("", None)}
-            rows[row["algorithm"]][values["round"]].append(values)
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None:
+            raise ValueError(f"{path} holds no rows: the run wrote no evaluation yet")
+        if "round" not in reader.fieldnames:
+            raise ValueError(f"{path} has no 'round' column (columns: {reader.fieldnames}); "
+                             "compare reads the metrics.csv of fedjax-avail run, CSVLogger or "
+                             "History.to_csv")
+        for row in reader:
+            name = row.get("algorithm") or Path(directory).resolve().name
+            if row.get("run") not in (None, ""):
+                name = f"{name} (run {row['run']})"
+            values = {k: _number(v) for k, v in row.items()
+                      if k not in ("algorithm", "seed", "run") and v not in ("", None)}
+            values = {k: v for k, v in values.items() if v is not None}
+            rows[name][values["round"]].append(values)
+    if not rows:
+        raise ValueError(f"{path} holds no rows: the run wrote no evaluation yet")
     return {name: History([{k: float(np.mean([r.get(k, np.nan) for r in group]))
                             for k in group[0]} for _, group in sorted(by_round.items())])
             for name, by_round in rows.items()}
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def compare_runs(directories: list[str | Path], out: str | Path, x: str = "round"):

@@ -128,9 +128,9 @@ def parse_value(text: str, default: Any) -> Any:
             raise ValueError(f"expected true/false, got {text!r}")
         return text.lower() in ("true", "1")
     if isinstance(default, int):
-        return int(text)
+        return _number(int, text, "an integer")
     if isinstance(default, float):
-        return float(text)
+        return _number(float, text, "a number")
     if isinstance(default, tuple):
         items = [item.strip() for item in text.split(",") if item.strip()]
         if items and all(item.lstrip("-").isdigit() for item in items):  # e.g. seeds=0,1,2
@@ -145,6 +145,13 @@ def parse_value(text: str, default: Any) -> Any:
             except ValueError:
                 pass
     return text
+
+
+def _number(kind: type, text: str, words: str) -> Any:
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"expected {words}, got {text!r}") from None
 
 
 @dataclasses.dataclass

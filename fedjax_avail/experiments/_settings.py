@@ -13,7 +13,7 @@ from typing import Any
 
 from fedjax_avail._checks import is_int, is_real
 from fedjax_avail.inputs import MAX_ROUNDS
-from fedjax_avail.selection._submodular import PHIS
+from fedjax_avail.selection import PHIS
 from fedjax_avail.tables import TABLE_DTYPES
 
 
@@ -72,9 +72,12 @@ RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "async_eval_every": _int(1),
     "wkafl_lr": _real("a number > 0", lambda v: v > 0),
     "max_virtual_time": _real("a number > 0", lambda v: v > 0),
-    "algorithms": ("a non-empty list of algorithm names, e.g. --set algorithms=fedavg,fedlaavg",
+    "algorithms": ("a non-empty list of distinct algorithm names, e.g. --set "
+                   "algorithms=fedavg,fedlaavg",
                    lambda v: isinstance(v, tuple) and len(v) > 0
-                   and all(isinstance(x, str) and x for x in v)),
+                   and all(isinstance(x, str) and x for x in v) and len(set(v)) == len(v)),
+    "data_dir": ("a folder path (text), e.g. --set data_dir=~/data/mnist",
+                 lambda v: isinstance(v, str) and bool(v)),
 }
 
 # Settings shared by several experiments whose value must be one of these; an experiment adds

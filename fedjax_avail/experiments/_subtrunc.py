@@ -24,7 +24,7 @@ from fedjax_avail.experiments._experiment import Experiment, Setup
 from fedjax_avail.experiments._fedlaavg import load_mnist_for
 from fedjax_avail.experiments._settings import check_choice
 from fedjax_avail.experiments._sweep import Sweep
-from fedjax_avail.selection._submodular import NORMALIZE as SCALINGS
+from fedjax_avail.selection import NORMALIZE as SCALINGS
 
 METHODS = ("random", "poc", "divfl", "subtrunc", "unionfl")
 MODELS = ("lenet", "lr")

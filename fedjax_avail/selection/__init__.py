@@ -15,6 +15,8 @@ from fedjax_avail.selection._base import (
 from fedjax_avail.selection._facility import coverage_value, greedy, greedy_facility_location
 from fedjax_avail.selection._least_recent import LeastRecent, least_recent
 from fedjax_avail.selection._submodular import (
+    NORMALIZE,
+    PHIS,
     DivFL,
     FacilityState,
     PowerOfChoice,
@@ -24,6 +26,8 @@ from fedjax_avail.selection._submodular import (
 from fedjax_avail.selection._uniform import Uniform, uniform
 
 __all__ = [
+    "NORMALIZE",
+    "PHIS",
     "DivFL",
     "FacilityState",
     "FullBatchPass",

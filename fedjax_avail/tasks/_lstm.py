@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from fedjax_avail.data._text import PAD
+from fedjax_avail.data import PAD
 from fedjax_avail.tasks._models import DenseOI, positive
 from fedjax_avail.tasks._task import Batch, Params, Task, classification_task
 
