@@ -89,7 +89,7 @@ def _the_one(callbacks: Sequence[Callback], kind: type, made: Callable[[], Any],
     return found[0] if found else made()
 
 
-def _warn(results: list[Result], algorithm: Algorithm) -> None:
+def _warn(results: list[Result], algorithms: list[Algorithm]) -> None:
     """Warns about what the per-round metrics show went wrong without stopping the run:
     contributions dropped for a model history too short to hold their start (asynchronous
     algorithms' ``history``), and a deadline that no selected client met in any round."""
@@ -97,17 +97,16 @@ def _warn(results: list[Result], algorithm: Algorithm) -> None:
     if dropped:
         warnings.warn(
             f"{dropped} contributions were dropped: the model version their job started from "
-            f"was older than the history of {algorithm.history} models kept; raise `history`, "
-            "or use history=None (exact per-client copies)", stacklevel=5)
-    late = [r for r in results if "num_late" in r.round_metrics
-            and np.sum(r.round_metrics["num_late"]) > 0
-            and np.sum(r.round_metrics["num_selected"]) == 0]
-    if late:
-        rounds = len(late[0].round_metrics["num_late"])
-        warnings.warn(
-            f"no selected client finished in time in any of the {rounds} rounds: every round "
-            f"trained nothing; raise deadline={algorithm.deadline!r} against the durations "
-            f"{type(algorithm.durations).__name__}", stacklevel=5)
+            f"was older than the history of {algorithms[0].history} models kept; raise "
+            "`history`, or use history=None (exact per-client copies)", stacklevel=5)
+    for result, algorithm in zip(results, algorithms, strict=True):
+        m = result.round_metrics
+        if "num_late" in m and np.sum(m["num_late"]) > 0 and np.sum(m["num_selected"]) == 0:
+            warnings.warn(
+                f"no selected client finished in time in any of the {len(m['num_late'])} "
+                f"rounds: every round trained nothing; raise deadline={algorithm.deadline!r} "
+                f"against the durations {type(algorithm.durations).__name__}", stacklevel=5)
+            return
 
 
 @_refuse_moved
@@ -163,7 +162,8 @@ def simulate(
         CSVLogger`, :class:`fedjax_avail.callbacks.TensorBoard` (written at every evaluation),
         or an :class:`~fedjax_avail.callbacks.Evaluation` or
         :class:`~fedjax_avail.callbacks.Checkpointing` with options of its own.
-      checkpoint_dir: save the run there (orbax) at every evaluation and at the end; if it
+      checkpoint_dir: save the run there (orbax) every ``eval_every`` rounds and at its end;
+        if it
         already holds a checkpoint of this same run, continue from the newest one
         (bit-identical to an uninterrupted run): ``fa.callbacks.Checkpointing(checkpoint_dir,
         every=eval_every)``, which ``callbacks`` may hold instead (its cadence, how many to
@@ -261,14 +261,14 @@ def simulate(
         plan.carry = None  # the run holds the state; a restored one replaces it
         own = [c for c in callbacks if c is not evaluation and c is not checkpointing]
         hooks = [StopOnCtrlC(checkpointing.directory if checkpointing else None), held,
-                 ProgressDisplay(progress), evaluation, *own, DivergenceGuard(), StallGuard(),
-                 *([checkpointing] if checkpointing else [])]
+                 ProgressDisplay(progress), evaluation, *own, DivergenceGuard(),
+                 StallGuard(slot_length), *([checkpointing] if checkpointing else [])]
         # restored (and verified) before anything is compiled: a refused resume costs nothing
         restored = checkpointing.restore(run, plan.settings) if checkpointing else False
         evaluation.bind(task, plan.placement.data, plan.runs.several, plan.mesh)
         _loop(run, RoundProgram(plan), hooks, fresh=not restored)
     results = run.results()
-    _warn(results, plan.algorithm)
+    _warn(results, plan.runs.algorithms)
     return results if run.several else results[0]
 
 
@@ -297,7 +297,11 @@ class Actions:
         return sorted(e for e in ends if e > run.done)
 
     def act(self, run: Run, start: bool = False) -> None:
-        """Each due action in order (before the first round: those due ``at_start``)."""
+        """Each due action in order (before the first round: those due ``at_start``). When
+        one of them ends the run (a stop in ``on_due`` or ``on_evaluation``), the actions due at
+        the end act once more, so the earlier ones in the list act at the end too (the final
+        evaluation's row, and a checkpoint holding it)."""
+        ending = run.finishing
         for callback in self.callbacks:
             cadence = callback.cadence
             if cadence is None or not (cadence.at_start if start else cadence.due(
@@ -307,18 +311,24 @@ class Actions:
             self._last[id(callback)] = time.perf_counter()
             if rows is not None:
                 dispatch(self.callbacks, "on_evaluation", run, rows)
+        if run.finishing and not ending:
+            self.act(run)
 
 
 def run_end(callbacks: Sequence[Callback], run: Run) -> None:
     """``on_run_end`` of every callback, even when one raises (each releases what it holds);
     the first error is raised after all have run, unless the run already has one
-    (``run.error``, which then goes on)."""
+    (``run.error``, which then goes on: the others are warnings)."""
     errors = []
     for callback in callbacks:
         try:
             callback.on_run_end(run)
         except Exception as error:  # each callback must still get its call
             errors.append(error)
+    if run.error is not None:
+        for error in errors:
+            warnings.warn(f"{type(error).__name__} in a callback's on_run_end after the run "
+                          f"ended with {type(run.error).__name__}: {error}", stacklevel=2)
     if errors and run.error is None:
         raise errors[0]
 
@@ -333,11 +343,21 @@ def _loop(run: Run, program: RoundProgram, hooks: list[Callback], fresh: bool) -
             if program.prepares:
                 program.prepare(run)
             actions.act(run, start=True)
+        if run.finishing:  # stopped before a round ran, or restored complete: the end's actions
+            actions.act(run)
         while not run.finishing:
             metrics = program(run, actions.boundaries(run)[0])
             dispatch(hooks, "on_chunk_end", run, metrics)
             actions.act(run)
-    except BaseException as error:
+    except Exception as error:
+        if error is run.error or not run.failed:  # the run's own error, or the first one
+            run.error = error
+            raise
+        # the run had already ended with its own error (a divergence, a stall, Ctrl-C):
+        # that one is raised, this one reported (a checkpoint that could not be written, ...)
+        warnings.warn(f"{type(error).__name__} after the run had ended with "
+                      f"{type(run.error).__name__}: {error}", stacklevel=3)
+    except BaseException as error:  # a second Ctrl-C
         run.error = error
         raise
     finally:

@@ -44,10 +44,10 @@ class Run:
       timing: seconds so far (``compile``, ``run``, ``eval``, ``prepare``, ``earlier``).
       memory: bytes (``estimated``, ``held``, ``working_set``).
       stop_reason: set by :meth:`stop`.
+      failed: whether the stop carries an error (a divergence, a stall, Ctrl-C).
       error: the exception the run raises at the end of this boundary, or raised (in
         ``on_run_end``), else None.
-      start_time: ``time.perf_counter()`` when ``simulate`` was called (seconds; ``started_at``
-        counts rounds).
+      start_time: ``time.perf_counter()`` when ``simulate`` was called.
     """
 
     rounds: int
@@ -67,6 +67,7 @@ class Run:
     timing: dict[str, float] = dataclasses.field(default_factory=dict)
     memory: dict[str, int] = dataclasses.field(default_factory=dict)
     stop_reason: str | None = None
+    failed: bool = False
     error: BaseException | None = None
     start_time: float = dataclasses.field(default_factory=time.perf_counter)
 
@@ -98,9 +99,9 @@ class Run:
         never hidden)."""
         if error is None and (self.complete or self.stop_reason is not None):
             return
-        if self.error is not None:
+        if self.failed:
             return
-        self.stop_reason = reason
+        self.stop_reason, self.failed = reason, error is not None
         self.error = error() if error is not None else None
 
     @property
@@ -139,7 +140,7 @@ class Run:
         """Why run i ended before ``rounds`` (``Result.stopped``): an error (divergence,
         stall, Ctrl-C), its own end (its budget), a callback's stop; None when it ran them
         all."""
-        if self.error is not None:
+        if self.failed:
             return self.stop_reason
         end = self.ended[i]
         if end is not None and end < self.rounds:

@@ -277,3 +277,128 @@ def test_an_algorithm_named_twice_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "setting algorithms must be a non-empty list of distinct algorithm names" in err
     assert err.count("\n") == 1
+
+
+def _diverging(seeds, rounds):
+    """FedSGD on the quadratic: lr 5 diverges (|1 - 2 lr| > 1) in round 21, lr 0.1 does not."""
+    lrs = [0.1, 5.0] if isinstance(seeds, list) else 5.0
+    algorithms = ([ALG.FedSGD(clients_per_round=2, batch_size=1, client_lr=lr) for lr in lrs]
+                  if isinstance(lrs, list) else ALG.FedSGD(clients_per_round=2, batch_size=1,
+                                                           client_lr=lrs))
+    return fa.simulate(quadratic_task(), POINTS, algorithms, A.AlwaysOn(), rounds=rounds,
+                       seed=seeds, eval_every=7)
+
+
+@pytest.mark.parametrize("seeds, rounds", [(0, 21), ([0, 1], 70)])
+def test_a_divergence_in_the_last_chunk_is_the_run_s_stop_reason(seeds, rounds):
+    with pytest.raises(fa.DivergenceError) as info:
+        _diverging(seeds, rounds)
+    results = info.value.result if isinstance(seeds, list) else [info.value.result]
+    assert [r.stopped for r in results] == ["diverged"] * len(results)
+
+
+def _stalling(tmp_path=None):
+    """Two runs in one program: under Bernoulli(0) nobody ever reports (run 0 stalls at update
+    0); under Bernoulli(1) run 1 goes on to the end."""
+    alg = ALG.KAsyncSGD(clients_per_round=2, batch_size=1, client_lr=0.1)
+    callbacks = [] if tmp_path is None else [fa.callbacks.Checkpointing(tmp_path, every=5)]
+    return fa.simulate(quadratic_task(), POINTS, alg, [A.Bernoulli(0.0), A.Bernoulli(1.0)],
+                       rounds=12, seed=[0, 1], eval_every=5, callbacks=callbacks)
+
+
+def test_a_stalled_run_ends_on_its_own_and_the_others_finish(tmp_path):
+    for _ in range(2):  # and resumed from its final checkpoint, the same error again
+        with pytest.raises(fa.StalledError, match=r"run 0 \(seed 0\): update 0 at virtual "
+                                                  r"time 100000") as info:
+            _stalling(tmp_path)
+        stalled, healthy = info.value.result
+        assert stalled.history["round"].tolist() == [0] and len(stalled.round_metrics[
+            "virtual_time"]) == 0
+        assert healthy.history["round"].tolist() == [0, 5, 10, 12]
+        assert [stalled.stopped, healthy.stopped] == ["stalled", "stalled"]
+
+
+def test_a_stalled_run_s_last_row_summarises_the_rounds_it_ran():
+    table = np.ones((10, 4), bool)
+    with pytest.raises(fa.StalledError) as info:
+        _kofp(table, 40, cyclic=False)
+    result = info.value.result
+    assert result.history["round"].tolist() == [0, 10]
+    assert result.history.rows[-1]["virtual_time"] == result.round_metrics["virtual_time"][-1]
+    assert result.round_metrics["virtual_time"][-1] == 10.0  # not 11, the failed update's
+
+
+def test_a_stop_asked_by_a_later_action_still_gets_the_final_row(tmp_path):
+    class StopEvery3(fa.callbacks.Callback):
+        cadence = fa.callbacks.Cadence(every=3)
+
+        def on_due(self, run):
+            if run.done == 6:
+                run.stop("enough")
+
+    result = fa.simulate(quadratic_task(), POINTS, ALG.FedAvg(clients_per_round=2),
+                         A.AlwaysOn(), rounds=30, eval_every=20, checkpoint_dir=tmp_path,
+                         callbacks=[StopEvery3()])
+    assert result.history["round"].tolist() == [0, 6] and result.stopped == "enough"
+    assert "6" in {p.name for p in tmp_path.iterdir()}
+
+
+def test_a_resumed_run_tells_tensorboard_to_drop_what_came_after_its_checkpoint(tmp_path):
+    pytest.importorskip("tensorboardX")
+    from tensorboardX.proto import event_pb2
+
+    def run(rounds, stop_at=None):
+        class Stop(fa.callbacks.Callback):
+            def on_chunk_end(self, run, metrics):
+                if run.done == stop_at:
+                    run.stop("enough")
+
+        return fa.simulate(quadratic_task(), POINTS, ALG.FedAvg(clients_per_round=2),
+                           A.AlwaysOn(), rounds=rounds, eval_every=4,
+                           callbacks=[fa.callbacks.Checkpointing(tmp_path / "c", every=3),
+                                      fa.callbacks.TensorBoard(tmp_path / "tb"), Stop()])
+
+    assert run(20, stop_at=6).history["round"].tolist() == [0, 4, 6]  # the stop's row
+    assert run(20).history["round"].tolist() == [0, 4, 8, 12, 16, 20]  # not 6
+    purges = []
+    for events in sorted((tmp_path / "tb").glob("events.out.tfevents.*")):
+        data, at = events.read_bytes(), 0
+        while at < len(data):
+            length = int.from_bytes(data[at:at + 8], "little")
+            event = event_pb2.Event.FromString(data[at + 12:at + 12 + length])
+            at += 12 + length + 4
+            if event.session_log.status == event_pb2.SessionLog.START:
+                purges.append(event.step)
+    assert purges == [5]  # TensorBoard drops the first process's step 6 from there on
+
+
+def test_gsgm_each_client_reports_once_a_round_also_across_an_update():
+    # N = 6, K = 4, everyone available: update 1 ends round 1 with 2 clients and begins round
+    # 2 with 2 more; update 2 completes round 2. Each round holds each client once.
+    alg = ALG.GSGM(clients_per_round=4, batch_size=1, client_lr=0.1)
+    m = fa.simulate(quadratic_task(), POINTS, alg, A.AlwaysOn(), rounds=6,
+                    eval_every=6).round_metrics
+    reports = m["applied_clients"].ravel().tolist()
+    assert all(sorted(reports[i:i + 6]) == list(range(6)) for i in range(0, 24, 6))
+
+
+def test_a_deadline_equal_to_the_fastest_job_is_met():
+    alg = ALG.FedAvg(clients_per_round=2, local_steps=1, batch_size=1,
+                     durations=C.Constant(0.1), deadline=0.1)
+    m = fa.simulate(quadratic_task(), POINTS, alg, A.AlwaysOn(), rounds=3).round_metrics
+    assert m["num_selected"].tolist() == [2, 2, 2] and m["num_late"].tolist() == [0, 0, 0]
+
+
+def test_mifa_s_authors_fill_round_refuses_a_selection_reading_all_data():
+    with pytest.raises(ValueError, match=r"selection=DivFL\(\) cannot go with "
+                                         r"start='authors_code'"):
+        ALG.MIFA(clients_per_round=2, start="authors_code", selection=fa.selection.DivFL())
+
+
+def test_defining_prepare_is_asking_for_it():
+    class Counted(fa.selection.Uniform):
+        def prepare(self, state, params, problem):
+            return state
+
+    assert Counted().prepares and not fa.selection.Uniform().prepares
+    assert ALG.FedAvg(clients_per_round=2, selection=Counted()).prepares

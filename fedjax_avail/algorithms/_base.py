@@ -88,6 +88,11 @@ class Algorithm:
     moves_time: ClassVar[bool] = False
     cohort_copies: ClassVar[int] = 1  # [K, P] arrays a round holds together after training
 
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        if "prepare" in vars(cls) and "prepares" not in vars(cls):
+            cls.prepares = True  # defining prepare is asking for it
+
     def validate(self, num_clients: int) -> None:
         del num_clients
 

@@ -113,6 +113,12 @@ class MIFA(SyncParts):
         if self.durations is not None and self.start == "authors_code":
             raise ValueError("durations must be None with start='authors_code' (its fill round "
                              "trains all N clients, available or not, in no defined time)")
+        if self.start == "authors_code" and self.selection.full_batch_passes(1, 1):
+            raise ValueError(
+                f"selection={type(self.selection).__name__}() cannot go with "
+                "start='authors_code': its fill round stamps all N clients at once, and this "
+                "strategy would read all N clients' whole data in one pass; use LeastRecent() "
+                "or Uniform()")
 
     def footprint(self, num_clients: int) -> Footprint:
         """FedLaAvg's 4 ``[K, P]`` arrays after training, the same latest-update rule; the

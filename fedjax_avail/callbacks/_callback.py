@@ -3,7 +3,7 @@
 The engine's loop (:func:`fedjax_avail.simulate`) compiles a chunk of rounds, runs it and hands
 the boundary to the callbacks, in the order they are listed:
 
-1. ``on_run_start(run)``: once, before anything is compiled (a resumed run has its restored
+1. ``on_run_start(run)``: once, before any round is compiled (a resumed run has its restored
    rounds, history and state already);
 2. ``on_chunk_end(run, metrics)``: after each chunk, ``metrics`` the chunk's per-round metrics
    (each ``[length]``, ``[length, S]`` with S runs);
@@ -54,7 +54,8 @@ class Callback:
     cadence: Cadence | None = None
 
     def on_run_start(self, run: Run) -> None:
-        """Before anything is compiled; ``run.done`` > 0 for a resumed run."""
+        """Before any round is compiled (after the evaluation's evaluators, listed first);
+        ``run.done`` > 0 for a resumed run."""
 
     def on_chunk_end(self, run: Run, metrics: dict[str, np.ndarray]) -> None:
         """After a chunk of rounds, before the boundary's due actions."""

@@ -58,6 +58,9 @@ class Checkpointing(Callback):
         self.every, self.keep, self.seconds = every, keep, seconds
         self.cadence = Cadence(every=every, seconds=seconds, at_end=True)
         self._checkpointer: RunCheckpointer | None = None
+        # the rounds of the newest checkpoint: a step is saved once (a stop's row added after
+        # the step was saved is one a resume drops anyway: off the evaluation's cadence)
+        self._saved = 0
 
     def lock(self) -> contextlib.AbstractContextManager:
         """The directory's lock for the run (held by the first process of a multi-process
@@ -76,6 +79,7 @@ class Checkpointing(Callback):
             done than ``run.rounds``.
         """
         self._checkpointer = RunCheckpointer(self.directory, settings, self.keep)
+        self._saved = 0
         restored = self._checkpointer.restore(jax.eval_shape(lambda: run.carry))
         if restored is None:
             return False
@@ -96,14 +100,16 @@ class Checkpointing(Callback):
         run.diverged = [_diverged_at(int(h), history)
                         for h, history in zip(health, run.histories, strict=True)]
         run.timing["earlier"] = restored.seconds
+        self._saved = run.done
         return True
 
     def on_due(self, run: Run) -> None:
-        if all(d is not None for d in run.diverged):
-            return  # no run of it is healthy: its state is not worth keeping
+        if run.done in (0, self._saved) or all(d is not None for d in run.diverged):
+            return  # nothing ran, or saved already; no run of it is healthy: not worth keeping
         rows = [h.rows for h in run.histories] if run.several else run.histories[0].rows
         seconds = run.timing.get("earlier", 0.0) + time.perf_counter() - run.start_time
         self._checkpointer.save(run.done, run.carry, rows, join_chunks(run.chunks), seconds)
+        self._saved = run.done
 
 
 def _diverged_at(health: int, history: History) -> int | None:

@@ -85,8 +85,8 @@ class Evaluation(Callback):
                                       self.batch_size, self.train_examples, runs, mesh)
 
     def on_run_start(self, run: Run) -> None:
-        # A resumed run keeps the rows of its evaluated rounds: off this cadence (a shorter
-        # run's last round, a stop), an uninterrupted run has none.
+        # A resumed run drops the rows off this cadence (a shorter run's last round, a stop):
+        # the uninterrupted run has none there.
         self._last = []
         for i, history in enumerate(run.histories):
             if run.done:
@@ -143,11 +143,11 @@ class Evaluation(Callback):
             return row
         if at == 0:
             row["virtual_time"] = 0.0  # every run starts at time 0
-        else:
+        else:  # the rounds since its last row, up to this one's (not those after its end)
             since = max(self._last[i], 0)
             if since not in pending:
                 pending[since] = run.round_metrics(since)
-            row.update(round_columns(pending[since][i]))
+            row.update(round_columns({k: v[:at - since] for k, v in pending[since][i].items()}))
         for split, split_values in values.items():
             for k in ["loss", *(k for k in split_values if k != "loss")]:
                 v = split_values[k]

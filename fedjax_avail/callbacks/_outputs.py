@@ -138,7 +138,11 @@ class TensorBoard(_Output):
 
     Needs ``tensorboardX`` (``pip install 'fedjax_avail[tensorboard]'``), checked when the
     callback is made, before any compute. Its synchronous event-file writer is used, not
-    ``SummaryWriter``, whose background thread writes events at some later time.
+    ``SummaryWriter``, whose background thread writes events at some later time. A resumed run
+    begins its event files with TensorBoard's purge marker (``SummaryWriter``'s
+    ``purge_step``) at the round after its last kept row, so TensorBoard drops what an earlier
+    process wrote after that point (a stop's row, rows after the checkpoint it resumes from):
+    it shows the rows the run's history holds.
     """
 
     def __init__(self, log_dir: str | os.PathLike):
@@ -151,6 +155,7 @@ class TensorBoard(_Output):
         self.log_dir, self._writers = Path(log_dir), []
         self._writer_type, self._event, self._summary = (EventsWriter, event_pb2.Event,
                                                          summary_pb2.Summary)
+        self._session_log = event_pb2.SessionLog
 
     def on_run_start(self, run: Run) -> None:
         names = ["_".join(f"{k}_{v}" for k, v in name.items()) for name in run_names(run)]
@@ -160,12 +165,19 @@ class TensorBoard(_Output):
             for directory in dirs:
                 directory.mkdir(parents=True, exist_ok=True)
             self._writers = [self._writer_type(str(d / "events")) for d in dirs]
+            if run.done:  # resumed: TensorBoard purges the earlier events from here on
+                for writer, history in zip(self._writers, run.histories, strict=True):
+                    step = int(history.rows[-1]["round"]) + 1 if history.rows else 0
+                    writer.write_event(self._event(
+                        wall_time=time.time(), step=step,
+                        session_log=self._session_log(status=self._session_log.START)))
+                    writer.flush()
 
         self._attempt(self.log_dir, open_writers)
 
     def on_evaluation(self, run: Run, rows: list[dict[str, float] | None]) -> None:
         for writer, row in zip(self._writers, rows, strict=False):
-            if row is None:  # no new row for that run (its budget ended it earlier)
+            if row is None:  # no new row for that run (it ended on its own earlier)
                 continue
             values = [self._summary.Value(tag=key, simple_value=float(value))
                       for key, value in row.items() if key != "round" and value == value]

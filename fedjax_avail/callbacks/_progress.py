@@ -36,6 +36,7 @@ class Progress:
         self.enabled, self.interval = enabled, interval
         self.tty = enabled and sys.stderr.isatty()
         self._last_line = time.perf_counter()
+        self._unprinted: str | None = None  # the latest line not printed yet (no terminal)
         self._bar = tqdm(total=total, initial=initial, desc=desc, unit="round", mininterval=1.0,
                          bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
                                     "[{elapsed}{postfix}]") if self.tty else None
@@ -60,11 +61,15 @@ class Progress:
         if self._bar is not None:
             self._bar.update(rounds)
             self._bar.set_postfix(fields, refresh=True)
-        elif time.perf_counter() - self._last_line >= self.interval or self.done >= self.total:
-            self._last_line = time.perf_counter()
-            text = ", ".join(f"{k} {v}" for k, v in fields.items())
-            print(f"{self.desc}: {self.done}/{self.total} rounds, {text}", file=sys.stderr,
-                  flush=True)
+            return
+        text = ", ".join(f"{k} {v}" for k, v in fields.items())
+        self._unprinted = f"{self.desc}: {self.done}/{self.total} rounds, {text}"
+        if time.perf_counter() - self._last_line >= self.interval or self.done >= self.total:
+            self._print()
+
+    def _print(self) -> None:
+        print(self._unprinted, file=sys.stderr, flush=True)
+        self._last_line, self._unprinted = time.perf_counter(), None
 
     def compiling(self) -> None:
         """Says that the run is compiling (its evaluators, an algorithm's pass before round 0,
@@ -76,8 +81,12 @@ class Progress:
                   file=sys.stderr, flush=True)
 
     def close(self) -> None:
+        """Ends the display; without a terminal, the last line if a run that ended early
+        (its budget, a stop) has not printed it."""
         if self._bar is not None:
             self._bar.close()
+        elif self._unprinted is not None:
+            self._print()
 
 
 class ProgressDisplay(Callback):
@@ -92,11 +101,12 @@ class ProgressDisplay(Callback):
 
     def on_run_start(self, run: Run) -> None:
         self._progress = Progress(run.rounds, run.done, run.desc, self.enabled)
-        if run.done < run.rounds:
+        if not run.complete:
             self._progress.compiling()
 
     def on_evaluation(self, run: Run, rows: list[dict[str, float] | None]) -> None:
-        self._loss = next((row["train_loss"] for row in rows if row is not None), self._loss)
+        losses = [row["train_loss"] for row in rows if row is not None]  # the runs' mean
+        self._loss = float(np.mean(losses)) if losses else self._loss
 
     def on_chunk_end(self, run: Run, metrics: dict[str, np.ndarray]) -> None:
         length = len(next(iter(metrics.values())))

@@ -11,10 +11,14 @@ from fedjax_avail.run import Run
 
 
 class StallGuard(Callback):
-    """Raises :class:`fedjax_avail.StalledError` at the end of the chunk in which an
-    asynchronous update could not gather its K results (the event clock's ``stalled`` flag:
-    the availability process ended, or no result arrived within ``MAX_SLOTS_PER_UPDATE``
-    slots). The error's result keeps the history; updates after the stall applied nothing.
+    """Ends the run with :class:`fedjax_avail.StalledError` naming each run whose asynchronous
+    update could not gather its K results (the clock's ``stalled`` flag: the availability
+    process ended, or an update spent ``MAX_SLOTS_PER_UPDATE`` slots without them).
+
+    A stalled run ends on its own at that update (``run.ended``): its last history row is
+    there and its per-round metrics stop there; the other runs of a runs axis go on, and the
+    error comes at the end of the run, naming every run that stalled with its update, virtual
+    time and slot. A restored run that had finished with a stall raises it again.
 
     Args:
       slot_length: the run's slot length (for the message).
@@ -23,24 +27,32 @@ class StallGuard(Callback):
     def __init__(self, slot_length: float = 1.0):
         self.slot_length = slot_length
 
+    def on_run_start(self, run: Run) -> None:
+        if run.complete:
+            self._report(run)
+
     def on_chunk_end(self, run: Run, metrics: dict[str, np.ndarray]) -> None:
-        if "stalled" not in metrics or not np.any(metrics["stalled"]):
+        if run.finishing:
+            self._report(run)
+
+    def on_evaluation(self, run: Run, rows: list[dict[str, float] | None]) -> None:
+        if run.finishing:
+            self._report(run)
+
+    def _report(self, run: Run) -> None:
+        stalls = []
+        for i, (end, why) in enumerate(zip(run.ended, run.end_reasons, strict=True)):
+            if why == "stalled":  # the update that failed holds the time the run stood still
+                stalls.append((end, float(run.round_metrics(end)[i]["virtual_time"][0]), i))
+        if not stalls:
             return
-        stalled = np.asarray(metrics["stalled"]).reshape(len(metrics["stalled"]), -1)
-        times = np.asarray(metrics["virtual_time"]).reshape(stalled.shape)
-        first_round = run.done - stalled.shape[0]
-        parts, rounds = [], []
-        for i in range(stalled.shape[1]):
-            if stalled[:, i].any():
-                j = int(np.argmax(stalled[:, i]))
-                rounds.append((first_round + j, float(times[j, i])))
-                parts.append(f"{run.label(i)}update {first_round + j} at virtual time "
-                             f"{times[j, i]:.6g} (slot {int(times[j, i] // self.slot_length)})")
-        round_index, time = min(rounds)
+        parts = [f"{run.label(i)}update {end} at virtual time {time:.6g} (slot "
+                 f"{int(time // self.slot_length)})" for end, time, i in stalls]
+        round_index, time, _ = min(stalls)
         message = (
             "the asynchronous run stalled: " + "; ".join(parts) + ": its jobs could not "
             "gather the results a server update needs because no client will ever be "
             "available again (a trace played once ended: use cyclic=True or fewer rounds) or "
             f"none came back within {MAX_SLOTS_PER_UPDATE} slots. Error.result holds the "
-            "history; the updates from that one on applied nothing")
+            "history, its last row at that update")
         run.stop("stalled", lambda: StalledError(message, run.result(), round_index, time))

@@ -89,8 +89,9 @@ class _Durations:
         return speed
 
     def shortest(self, speed: np.ndarray) -> float:
-        """The shortest job any client of speed factors ``speed`` ``[N]`` can draw (0 for a
-        distribution that reaches every duration > 0)."""
+        """The shortest job any client of speed factors ``speed`` ``[N]`` can draw (0 where
+        that is not known exactly: a distribution reaches durations near 0, and a log-normal
+        of sigma 0 computes its mean through exp and log)."""
         del speed
         return 0.0
 
@@ -117,7 +118,8 @@ class Constant(_Durations):
         self._check_span(self.duration, self.duration)
 
     def shortest(self, speed: np.ndarray) -> float:
-        return float(np.float32(self.duration) / np.max(speed))
+        """The fastest client's job, as float32 computes it (``sample``)."""
+        return float(np.float32(self.duration) / np.max(np.asarray(speed, np.float32)))
 
     def _base(self, key, shape):
         del key
@@ -154,10 +156,6 @@ class LogNormal(_Durations):
         mu = math.log(self.mean) - self.sigma**2 / 2
         self._check_span(math.exp(max(mu - _Z * self.sigma, -700)),
                          math.exp(min(mu + _Z * self.sigma, 700)))
-
-    def shortest(self, speed: np.ndarray) -> float:
-        """The mean over the fastest speed when sigma = 0 (every job takes its mean), else 0."""
-        return float(np.float32(self.mean) / np.max(speed)) if self.sigma == 0 else 0.0
 
     def _base(self, key, shape):
         mu = math.log(self.mean) - self.sigma**2 / 2

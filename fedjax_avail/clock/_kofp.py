@@ -15,14 +15,16 @@ clock's rules (:mod:`fedjax_avail.clock._events`):
    slot's end. Short of K (fewer eligible clients in the slot than missing reports), the
    reports drawn so far wait and the next slot supplies the rest: an outage passes without an
    update, and staleness counts server updates only.
-3. If no client will ever be available again (a trace played once that has ended), or none
-   came for ``MAX_SLOTS_PER_UPDATE`` slots, the sticky ``stalled`` flag is set and the engine
-   stops the run (:class:`fedjax_avail.StalledError`).
+3. If no client will ever be available again (a trace played once that has ended), or the
+   update spent ``MAX_SLOTS_PER_UPDATE`` slots without gathering its K reports, the sticky
+   ``stalled`` flag is set and the engine ends the run (:class:`fedjax_avail.StalledError`).
 
 With ``one_per_round`` (GSGM, P:L425: each client reports once per round of P/K iterations; the
 code's ``worker_one_round``), a new round begins as soon as no available client is left
 unreported, also within an update, so an update still gathers K distinct clients in one slot
-when that many are available (the authors' code requires P to be a multiple of K).
+when that many are available; the clients drawn after the new round began count in it. (The
+authors' code requires P to be a multiple of K; where it is not, the last update of a round
+was a partial one here before the one clock, with fewer than K reports.)
 
 Whenever at least K clients are available in every slot this is exactly the authors'
 iteration: one update a slot, K uniform reporters, virtual time counting iterations.
@@ -87,7 +89,7 @@ class KofPClock:
 
         def going(carry):
             *_, n_done, segment, slots, stalled = carry
-            return (n_done < k) & ~stalled & (slots < MAX_SLOTS_PER_UPDATE)
+            return (n_done < k) & ~stalled
 
         def draw(carry):
             reported, cursor, clients, valid, in_update, n_done, segment, slots, _ = carry
@@ -104,11 +106,14 @@ class KofPClock:
             at = jnp.where(take, n_done + jnp.arange(k), k)
             clients = clients.at[at].set(picks, mode="drop")
             valid = valid.at[at].set(True, mode="drop")
-            in_update = in_update.at[jnp.where(take, picks, n)].set(True, mode="drop")
+            drawn = jnp.where(take, picks, n)
+            in_update = in_update.at[drawn].set(True, mode="drop")
+            if self.one_per_round:  # reported in the round they are drawn in
+                reported = reported.at[drawn].set(True, mode="drop")
             n_done = n_done + jnp.sum(take).astype(jnp.int32)
             # the next slot when this one has no available client left outside the update
             exhausted = (n_done < k) & ~jnp.any(cursor.mask & ~in_update)
-            stalled = exhausted & timeline.ended(cursor)
+            stalled = exhausted & (timeline.ended(cursor) | (slots + 1 >= MAX_SLOTS_PER_UPDATE))
             cursor = jax.lax.cond(exhausted & ~stalled, lambda c: timeline.at(c, c.slot + 1),
                                   lambda c: c, cursor)
             return (reported, cursor, clients, valid, in_update, n_done, segment + 1,
@@ -116,12 +121,11 @@ class KofPClock:
 
         reported, cursor, clients, valid, _, n_done, _, _, stalled = jax.lax.while_loop(
             going, draw, loop)
-        stalled = stalled | (n_done < k)  # also cut at MAX_SLOTS_PER_UPDATE slots
         done = Completions(clients, state.held[clients], valid & ~stalled)
         rows = jnp.where(done.valid, clients, n)
         held = state.held.at[rows].set(t + 1, mode="drop")
-        if self.one_per_round:
-            reported = reported.at[rows].set(True, mode="drop")
+        # a stalled update applies nothing: its draws are not reported
+        reported = jnp.where(stalled, state.reported, reported)
         # the end of the update's slot (of the last slot read, when it stalled); a run that had
         # stalled before stands still
         time = jnp.where(state.stalled, state.time,

@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from fedjax_avail._checks import Annotated, Range, check_fields
 from fedjax_avail.clock._durations import Constant, Durations, Exponential, LogNormal
@@ -80,7 +81,8 @@ class RoundClock:
         """
         speed = self.durations.speeds(num_clients)
         shortest = self.durations.shortest(speed)
-        if self.deadline is not None and shortest > self.deadline:
+        # as the round compares them: float32 durations <= the deadline
+        if self.deadline is not None and np.float32(shortest) > np.float32(self.deadline):
             raise ValueError(
                 f"deadline={self.deadline!r} is shorter than every job: with durations="
                 f"{type(self.durations).__name__}{self.durations._text()} the fastest client's "

@@ -59,6 +59,11 @@ class Selection:
 
     prepares: ClassVar[bool] = False  # True: prepare() runs before round 0
 
+    def __init_subclass__(cls, **kwargs: Any):
+        super().__init_subclass__(**kwargs)
+        if "prepare" in vars(cls) and "prepares" not in vars(cls):
+            cls.prepares = True  # defining prepare is asking for it
+
     def init(self, params: Any, num_clients: int) -> Any:
         del params, num_clients
         return ()
