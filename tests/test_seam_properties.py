@@ -13,7 +13,9 @@ checkpoint cadence. For each, on small problems (one-point clients, a quadratic 
 * the run stopped and resumed at any of its checkpoints equals the whole run;
 * each run of a runs axis equals its separate run.
 
-The default tier draws a few configurations (about a minute on 2 cores); the slow tier many.
+The default tier draws a few configurations (about a minute on 2 cores); the slow tier many
+(about 6 minutes). Both draw the same ones every time (``derandomize``), so CI is repeatable;
+to explore others, run the slow one with ``settings(derandomize=False)``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ A, ALG, C = fa.availability, fa.algorithms, fa.clock
 N = 8
 QUICK = settings(max_examples=12, deadline=None, derandomize=True,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-THOROUGH = settings(max_examples=60, deadline=None,
+THOROUGH = settings(max_examples=60, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -194,6 +196,13 @@ def _check_outputs(config: Config, results: list, directory: Path) -> None:
         assert steps == r.history["round"].astype(int).tolist()
 
 
+def _same_rows(a: list[dict], b: list[dict]) -> bool:
+    """Rows equal value for value, NaN (a staleness with nothing applied) equal to NaN."""
+    return len(a) == len(b) and all(
+        x.keys() == y.keys() and all(x[k] == y[k] or (x[k] != x[k] and y[k] != y[k]) for k in x)
+        for x, y in zip(a, b, strict=True))
+
+
 def _check_resume(config: Config, whole: list, directory: Path, at: int) -> None:
     saved = sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
     if not saved:
@@ -206,7 +215,7 @@ def _check_resume(config: Config, whole: list, directory: Path, at: int) -> None
     resumed = _runs(config.simulate(directory=resumed_dir))
     for a, b in zip(whole, resumed, strict=True):
         np.testing.assert_array_equal(_flat(a), _flat(b))
-        assert a.history.rows == b.history.rows and a.stopped == b.stopped
+        assert _same_rows(a.history.rows, b.history.rows) and a.stopped == b.stopped
         assert a.round_metrics.keys() == b.round_metrics.keys()
         for k in a.round_metrics:
             np.testing.assert_array_equal(a.round_metrics[k], b.round_metrics[k])
