@@ -298,7 +298,9 @@ def test_a_failing_on_run_end_neither_hides_the_run_s_error_nor_skips_the_others
         def on_run_end(self, run):
             ended.append(type(run.error).__name__)
 
-    with pytest.raises(fa.DivergenceError):  # the run's own error, not the callback's
+    with pytest.raises(fa.DivergenceError), pytest.warns(  # the run's own error, and a word
+            UserWarning, match="RuntimeError in a callback's on_run_end after the run ended "
+                               "with DivergenceError: broken callback"):
         _quadratic_runs(70, [Broken(), Tidy()])
     assert ended == ["DivergenceError"]
     with pytest.raises(RuntimeError, match="broken callback"):  # a clean run: the callback's
