@@ -334,6 +334,26 @@ def _hints(owner: Any) -> dict[str, Any]:
     return typing.get_type_hints(owner, include_extras=True)
 
 
+def field_hints(owner: type) -> dict[str, Any]:
+    """The annotations of the dataclass ``owner``'s fields, ranges included."""
+    return _hints(owner)
+
+
+def describe_hint(hint: Any) -> str:
+    """What a hint allows, in words: ``Positive`` -> ``"a finite number > 0"``."""
+    return _describe(hint)
+
+
+def hint_members(hint: Any) -> tuple[Any, ...]:
+    """The types a hint allows, ranges stripped: ``Positive | None`` -> ``(float, NoneType)``;
+    ``Annotated[int, Range(1)]`` -> ``(int,)``."""
+    base, _ = _split(hint)
+    members = _members(base)
+    if members is None:
+        return (base,)
+    return tuple(m for member in members for m in hint_members(member))
+
+
 def check_fields(obj: Any) -> None:
     """Checks every init field of the dataclass instance ``obj`` against its annotation."""
     hints = _hints(type(obj))

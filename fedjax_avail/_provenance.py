@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import importlib.metadata
+import json
 import platform
 import subprocess
 import sys
@@ -17,6 +18,26 @@ _PACKAGES = ("fedjax_avail", "jax", "jaxlib", "flax", "optax", "numpy", "orbax-c
 
 
 _PACKAGE = Path(__file__).resolve().parent
+# Written by setup.py when the package is built (``pip install .``, a wheel): the commit it was
+# built from, for an installed copy that no git checkout tracks.
+BUILD_RECORD = _PACKAGE / "_build.json"
+
+
+def built_commit(record: Path | None = None) -> str | None:
+    """The commit recorded in ``record`` (default :data:`BUILD_RECORD`) when the package was
+    built, or None (no record: an editable install or a copy of the source; a record from
+    outside any checkout)."""
+    try:
+        return json.loads((record or BUILD_RECORD).read_text()).get("git_commit")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def commit() -> str | None:
+    """The commit this package's code comes from: the checkout that tracks it (an editable
+    install or a clone on ``sys.path``, ``-dirty`` after edits), else the commit recorded when
+    it was built (``pip install .``), else None."""
+    return git_commit() or built_commit()
 
 
 def git_commit(path: Path | None = None) -> str | None:
@@ -64,7 +85,7 @@ def code() -> dict[str, str | None]:
     fingerprint compares: a run resumed under other code would equal neither code's
     uninterrupted run) and, for people, the git commit (:func:`git_commit`)."""
     return {"fedjax_avail_version": __version__, "fedjax_avail_source": _LOADED,
-            "fedjax_avail_commit": git_commit()}
+            "fedjax_avail_commit": commit()}
 
 
 def provenance() -> dict[str, Any]:
@@ -79,7 +100,7 @@ def provenance() -> dict[str, Any]:
 
     return {
         "versions": {"python": platform.python_version(), **versions},
-        "git_commit": git_commit(),
+        "git_commit": commit(),
         "command": sys.argv,
         "platform": platform.platform(),
         "jax_backend": jax.default_backend(),

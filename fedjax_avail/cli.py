@@ -8,6 +8,7 @@ and exits with status 2; Ctrl-C during a run exits 130 after printing the resume
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -27,6 +28,8 @@ EPILOG = """examples:
   fedjax-avail run                                   the default experiment (offline, ~10 s)
   fedjax-avail run fedlaavg-mnist --set rounds=500   FedLaAvg Fig. 4 with 500 rounds
   fedjax-avail run fedlaavg-mnist --help             that experiment's settings
+  fedjax-avail run async-mnist --set fedbuff.history=512   any field of a part, dotted
+  fedjax-avail run --set seeds=0,1,2 --sweep lr=0.01,0.1   3 seeds at each of 2 values
   fedjax-avail run subtrunc-mnist --config my.toml   settings from a TOML file
   fedjax-avail describe wkafl-mnist-table2           what it reproduces, its settings
   fedjax-avail compare runs/a runs/b --out both.png  overlay finished runs
@@ -43,9 +46,20 @@ def _defaults(experiment) -> dict:
 
 
 def _setting(experiment, key: str, value: Any, defaults: dict, source: str) -> Any:
+    if "." in key:  # a part's field: read and checked by its annotation when the parts exist
+        if not all(key.split(".")):
+            raise UserError(f"{source} {key}: a dotted setting names a part and its field, "
+                            "e.g. fedavg.client_lr")
+        if isinstance(value, str):  # as TOML would have it: 2 and "2" are one setting
+            return experiments.parse_value(value, None)
+        return tuple(value) if isinstance(value, list) else value
+    if key == "seed" and isinstance(value, str) and "," in value:
+        raise UserError(f"{source} seed takes one seed, got {value!r}; for several seeds "
+                        f"trained together: --set seeds={value}")
     if key not in defaults:
         raise UserError(f"{experiment.name} has no setting {key!r} ({source}); settings: "
-                        f"{', '.join(sorted(defaults))}")
+                        f"{', '.join(sorted(defaults))}; or a part's field by a dotted name "
+                        "(fedavg.client_lr, availability.period; --dry-run lists them)")
     if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
         if optional(defaults, key):
             return None
@@ -121,7 +135,19 @@ def _read_toml(path: Path) -> dict:
     if both:
         raise UserError(f"--config {path}: {', '.join(both)} set both at the top level and "
                         "in [settings]; set each once")
-    return {**table, **nested}
+    return _flatten({**table, **nested})
+
+
+def _flatten(table: dict, prefix: str = "") -> dict:
+    """TOML's dotted keys (``fedbuff.history = 512``, a ``[fedbuff]`` table) as dotted
+    settings (``{"fedbuff.history": 512}``)."""
+    out = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def _toml(value: Any) -> str:
@@ -146,6 +172,14 @@ def _describe(experiment) -> str:
     if experiment.measured:
         lines += textwrap.wrap(f"measured: {experiment.measured}", 96, initial_indent="# ",
                                subsequent_indent="#   ")
+    lines += textwrap.wrap(
+        "Every field of every part is also a setting, by a dotted name: "
+        "ALGORITHM.FIELD for each algorithm run (fedavg.client_lr, fedbuff.history, "
+        "fedavg.selection.lam, fedbuff.durations.sigma) and availability.FIELD; "
+        "`fedjax-avail run NAME --dry-run` lists them with their values. Any setting may "
+        "be swept: --sweep KEY=V1,V2 (repeatable: a grid); --set seeds=0,1,2 trains seeds "
+        "together (mean and std in the summary).", 96, initial_indent="# ",
+        subsequent_indent="# ")
     lines.append("# settings (--set key=value, or this file with --config), each under what it "
                  "means:")
     for key, value in _defaults(experiment).items():
@@ -184,8 +218,17 @@ def _parser() -> argparse.ArgumentParser:
                      help="settings from a TOML file (key = value lines; --set wins)")
     run.add_argument("--out", type=Path, default=None, help="output directory (runs/NAME)")
     run.add_argument("--no-progress", action="store_true", help="hide progress")
+    run.add_argument("--sweep", dest="sweeps", action="append", default=[],
+                     metavar="KEY=V1,V2,...",
+                     help="run at each value (repeatable: every combination); OUT/metrics.csv "
+                          "gets a column per swept setting, the summary each algorithm's best")
+    run.add_argument("--best", default="final_test_accuracy", metavar="CRITERION",
+                     help="a sweep's best value: final_test_accuracy (default), "
+                          "final_train_loss, or time_to=ACC (least virtual time to ACC)")
     run.add_argument("--resume", action="store_true",
                      help="continue an interrupted run from the checkpoints in --out")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace the results of an earlier run in --out")
     run.add_argument("--checkpoint-every", type=int, default=None, metavar="ROUNDS",
                      help="rounds between checkpoints (default: 10 evaluations, at least "
                           "--checkpoint-seconds apart)")
@@ -267,6 +310,9 @@ def _run(args) -> int:
         print(_describe(experiment))
         return 0
     overrides = _overrides(experiment, args.settings, args.config)
+    if args.sweeps:
+        experiment = _with_sweeps(experiment, args.sweeps, overrides)
+    experiments.criterion(args.best)  # a bad --best is refused before a dry run passes
     if args.checkpoint_seconds is not None:  # named as the flag, before a dry run
         check_value("--checkpoint-seconds", args.checkpoint_seconds, NonNegative)
     if args.dry_run:
@@ -280,19 +326,23 @@ def _run(args) -> int:
                    checkpoint_every=args.checkpoint_every, mesh=_mesh(args.devices),
                    checkpoint_seconds=args.checkpoint_seconds,
                    checkpoint=not args.no_checkpoint, keep_checkpoints=args.keep_checkpoints,
-                   tensorboard=args.tensorboard)
+                   tensorboard=args.tensorboard, overwrite=args.overwrite)
     try:
         if isinstance(experiment, experiments.Sweep):
-            outcomes = experiments.run_sweep(experiment, overrides, out_dir, **options)
+            outcomes = experiments.run_sweep(experiment, overrides, out_dir, best=args.best,
+                                             **options)
         else:
             outcomes = {"": experiments.run(experiment, overrides, out_dir, **options)}
     except KeyboardInterrupt as interrupted:  # fa.Interrupted, or Ctrl-C between algorithms
         command = ["fedjax-avail", "run", experiment.name, *(
             a for pair in args.settings for a in ("--set", pair)),
-            *(["--config", str(args.config)] if args.config else []), "--out", str(out_dir),
+            *(["--config", str(args.config)] if args.config else []),
+            *(a for pair in args.sweeps for a in ("--sweep", pair)),
+            *(["--best", args.best] if args.sweeps else []), "--out", str(out_dir),
             "--resume"]
         what = interrupted if isinstance(interrupted, Interrupted) else "interrupted"
-        how = ("run it again to start afresh (--no-checkpoint: nothing to resume from)"
+        how = ("run it again with --overwrite to start afresh (--no-checkpoint: nothing to "
+               "resume from)"
                if args.no_checkpoint else f"Resume with:\n  {shlex.join(command)}")
         print(f"\nfedjax-avail: {what}; finished results are in {out_dir}/. {how}",
               file=sys.stderr)
@@ -301,10 +351,37 @@ def _run(args) -> int:
         if label:
             print(f"\n== {label}")
         print(experiments.format_summary(outcome.summary))
+    if args.sweeps:
+        summary = [{"setting": label, **row} for label, o in outcomes.items() for row in o.summary]
+        rows = json.loads((out_dir / "summary.json").read_text()) if (
+            out_dir / "summary.json").is_file() else summary
+        print("\n" + "\n".join(experiments.best_lines(rows, args.best)))
     written = next(iter(outcomes.values())).out_dir if len(outcomes) == 1 else out_dir
     print(f"wrote results to {written}/")
     ok = all(row["status"] == "ok" for o in outcomes.values() for row in o.summary)
     return 0 if ok else 1
+
+
+def _with_sweeps(experiment, sweeps: list[str], overrides: dict):
+    """The experiment run at every combination of the ``--sweep KEY=V1,V2`` values."""
+    defaults = _defaults(experiment)
+    values = {}
+    for pair in sweeps:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or not text.strip():
+            raise UserError(f"--sweep takes KEY=V1,V2,..., got {pair!r}")
+        if key in values:
+            raise UserError(f"--sweep {key} is given twice; list all its values once")
+        if key in overrides:
+            raise UserError(f"{key} is both set (--set/--config) and swept (--sweep); "
+                            "drop one")
+        if key == "seeds":
+            raise UserError("--sweep seeds: seeds are not swept but trained together: "
+                            "--set seeds=0,1,2")
+        values[key] = [_setting(experiment, key, item.strip(), defaults, "--sweep")
+                       for item in text.split(",")]
+    return experiments.with_grid(experiment, values)
 
 
 def _mesh(devices: int | None):
@@ -348,8 +425,13 @@ def _dry_run(experiment, overrides: dict, mesh=None) -> int:
         panels = experiments.sweep_settings(experiment, overrides)
         plans = {label: experiments.plan(experiment.base, panel, mesh)
                  for label, panel in panels.items()}
+        base, first = experiment.base, next(iter(panels.values()))
     else:
         plans = {"": experiments.plan(experiment, overrides, mesh)}
+        base, first = experiment, overrides
+    print("the parts' fields (set any with --set or --sweep by its dotted name):")
+    for line in experiments.part_settings(base.setup(base.config(first))):
+        print(f"  {line}")
     for label, rows in plans.items():
         if label:
             print(f"== {label}")

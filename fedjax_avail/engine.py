@@ -98,7 +98,9 @@ def _warn(results: list[Result], algorithms: list[Algorithm]) -> None:
         warnings.warn(
             f"{dropped} contributions were dropped: the model version their job started from "
             f"was older than the history of {algorithms[0].history} models kept; raise "
-            "`history`, or use history=None (exact per-client copies)", stacklevel=5)
+            f"{type(algorithms[0]).__name__}'s `history`, or use history=None (exact "
+            "per-client copies); on the command line --set NAME.history=H, NAME the "
+            "algorithm's name in the experiment (e.g. fedbuff.history=512)", stacklevel=5)
     for result, algorithm in zip(results, algorithms, strict=True):
         m = result.round_metrics
         if "num_late" in m and np.sum(m["num_late"]) > 0 and np.sum(m["num_selected"]) == 0:

@@ -21,58 +21,102 @@ _X_LABELS = {"round": "communication round (server update)", "virtual_time": "vi
 def plot_histories(
     histories: Mapping[str, History], path: str | Path | None = None, title: str = "",
     x: str = "round", spread: Mapping[str, Sequence[History]] | None = None,
+    table: Sequence[str] = (),
+    styles: Mapping[str, Mapping[str, object]] | None = None,
 ):
-    """Draws training loss (log scale) and, when recorded, test accuracy against ``x``.
+    """Draws training loss (log scale) and, when recorded, test accuracy against ``x``; the
+    legend (and ``table``) stand in a panel of their own to the right, so they cover no curve.
 
     Args:
-      histories: algorithm name -> its :class:`History` (the mean over seeds: one line each).
+      histories: curve label -> its :class:`History` (the mean over seeds: one line each).
       path: where to write a PNG (atomically); None only returns the figure.
-      title: the figure's title (:func:`run_title` builds one from a run's settings).
+      title: the figure's title (:func:`run_title` builds one from a run's settings), wrapped
+        to the figure's width.
       x: the history column on the x axis: ``"round"`` or ``"virtual_time"`` (histories
-        without it are left out).
-      spread: algorithm name -> its per-seed histories; an algorithm with two or more gets a
-        band (``fill_between``, alpha 0.2) from their minimum to their maximum at each
+        without it are left out); round 0 is drawn on either, at virtual time 0.
+      spread: curve label -> its per-seed histories; a curve with two or more gets a band
+        (``fill_between``, alpha 0.2) from their minimum to their maximum at each
         evaluation, drawn at the mean's ``x``.
+      table: lines of text above the legend's entries (e.g. what each label's run set).
+      styles: curve label -> matplotlib line properties (``color``, ``linestyle``), e.g. a
+        colour per algorithm and a line style per run compared.
 
     Returns:
-      the matplotlib ``Figure``.
+      the matplotlib ``Figure``; ``figure.axes`` are the loss axes, the accuracy axes (when
+      recorded) and the legend panel.
     """
     histories = {name: h for name, h in histories.items() if x in h.columns}
     columns = ["train_loss"]
     if any("test_accuracy" in h.columns for h in histories.values()):
         columns.append("test_accuracy")
-    fig, axes = new_figure(path, 1, len(columns), figsize=(11 if len(columns) == 2 else 6, 4))
+    side = 3.0 if table or max(map(len, histories), default=0) > 16 else 1.8
+    width = 4.6 * len(columns) + side
+    height = max(4.2, 1.2 + 0.19 * (len(histories) + len(table)))  # the legend fits
+    fig, axes = new_figure(path, 1, len(columns) + 1, figsize=(width, height),
+                           width_ratios=[4.6] * len(columns) + [side])
     axes = list(axes[0])
+    panel = axes.pop()
     for name, history in histories.items():
         runs = [h for h in (spread or {}).get(name, ()) if x in h.columns]
         for ax, column in zip(axes, columns, strict=True):
             if column in history.columns:
-                _curve(ax, name, history, runs, x, column)
+                _curve(ax, name, history, runs, x, column, (styles or {}).get(name, {}))
     label = _X_LABELS.get(x, x)
     axes[0].set(xlabel=label, ylabel="training loss", yscale="log")
     if len(axes) > 1:
         axes[1].set(xlabel=label, ylabel="test accuracy")
     for ax in axes:
         ax.grid(alpha=0.3)
-    axes[0].legend()
-    fig.suptitle(title)
+    _side_panel(panel, axes, table)
+    fig.suptitle(wrap_title(title, width), fontsize=11)
     fig.tight_layout()
     if path is not None:
         save_png(fig, path)
     return fig
 
 
-def _curve(ax, name: str, mean: History, runs: Sequence[History], x: str, column: str) -> None:
-    """One algorithm's mean line of ``column``, and with two or more ``runs`` (seeds) their
-    min-max band in the line's colour."""
-    start = 0 if x == "round" else 1  # round 0 has no virtual time
-    (line,) = ax.plot(mean[x][start:], mean[column][start:], label=name, lw=1.2)
+def _side_panel(side, axes, table: Sequence[str]) -> None:
+    """The legend of every curve drawn on ``axes`` (each label once), ``table`` as its title."""
+    side.axis("off")
+    handles: dict[str, object] = {}
+    for ax in axes:
+        for handle, text in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(text, handle)
+    legend = side.legend(handles.values(), handles.keys(), loc="upper left", fontsize=8,
+                         frameon=False, borderaxespad=0, title="\n".join(table) or None,
+                         title_fontsize=8, alignment="left")
+    if table:
+        legend.get_title().set_family("monospace")
+
+
+def wrap_title(title: str, width_inches: float) -> str:
+    """``title`` broken into lines that fit a figure ``width_inches`` wide at 11 points."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(title, max(30, int(width_inches * 12)))) if title else ""
+
+
+def _curve(ax, name: str, mean: History, runs: Sequence[History], x: str, column: str,
+           style: Mapping[str, object]) -> None:
+    """One curve's mean line of ``column`` (in ``style``), and with two or more ``runs``
+    (seeds) their min-max band in the line's colour."""
+    xs = _x_values(mean, x)
+    (line,) = ax.plot(xs, mean[column], label=name, lw=1.2, **style)
     if len(runs) < 2:
         return
     length = min(len(run[column]) for run in runs)
     values = np.stack([np.asarray(run[column][:length], float) for run in runs])
-    ax.fill_between(np.asarray(mean[x][:length], float)[start:], values.min(0)[start:],
-                    values.max(0)[start:], color=line.get_color(), alpha=0.2, lw=0)
+    ax.fill_between(xs[:length], values.min(0), values.max(0), color=line.get_color(),
+                    alpha=0.2, lw=0)
+
+
+def _x_values(history: History, x: str) -> np.ndarray:
+    """The x values of a history: a virtual time that was not recorded (round 0 of a run
+    without a clock) is 0 at round 0."""
+    values = np.asarray(history[x], float)
+    if x == "virtual_time" and "round" in history.columns:
+        values = np.where(np.isnan(values) & (np.asarray(history["round"]) == 0), 0.0, values)
+    return values
 
 
 def run_title(name: str, algorithms: Iterable[str], seeds: int) -> str:
@@ -86,8 +130,8 @@ def run_title(name: str, algorithms: Iterable[str], seeds: int) -> str:
     return f"{name}: {', '.join(algorithms)}; {seeds} seed{'s' if seeds != 1 else ''}"
 
 
-def new_figure(path: str | Path | None, rows: int, columns: int, figsize: tuple[float, float]
-               ) -> tuple[Figure, np.ndarray]:
+def new_figure(path: str | Path | None, rows: int, columns: int, figsize: tuple[float, float],
+               width_ratios: Sequence[float] | None = None) -> tuple[Figure, np.ndarray]:
     """A figure and its axes.
 
     With no ``path`` (a notebook), pyplot's, which the notebook shows. With a ``path`` (a file
@@ -98,6 +142,7 @@ def new_figure(path: str | Path | None, rows: int, columns: int, figsize: tuple[
       path: where the figure will be written (:func:`save_png`), or None.
       rows, columns: the grid of axes.
       figsize: (width, height) in inches.
+      width_ratios: the columns' relative widths (None: equal).
 
     Returns:
       ``(figure, [rows, columns] array of Axes)``.
@@ -105,11 +150,12 @@ def new_figure(path: str | Path | None, rows: int, columns: int, figsize: tuple[
     if path is None:
         import matplotlib.pyplot as plt
 
-        return plt.subplots(rows, columns, figsize=figsize, squeeze=False)
+        return plt.subplots(rows, columns, figsize=figsize, squeeze=False,
+                            width_ratios=width_ratios)
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=figsize)
-    return fig, fig.subplots(rows, columns, squeeze=False)
+    return fig, fig.subplots(rows, columns, squeeze=False, width_ratios=width_ratios)
 
 
 def save_png(fig, path: str | Path, dpi: int = 120) -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -196,7 +197,12 @@ def test_a_write_killed_half_way_is_ignored(uninterrupted, tmp_path):
     partial = tmp_path / "60.orbax-checkpoint-tmp-1234567890"
     shutil.copytree(tmp_path / "40", partial)
     shutil.rmtree(partial / "carry")
-    _assert_same(_run(120, checkpoint_dir=tmp_path, every=20), uninterrupted)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resumed = _run(120, checkpoint_dir=tmp_path, every=20)
+    # ignored, not taken for a damaged checkpoint (which would warn and fall back)
+    assert not [w for w in caught if issubclass(w.category, UserWarning)], caught
+    _assert_same(resumed, uninterrupted)
 
 
 def test_checkpoint_seconds_skips_saves_due_too_soon_but_never_the_last_or_a_stop(

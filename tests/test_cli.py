@@ -60,8 +60,10 @@ def test_bad_settings_are_clear_errors(capsys, tmp_path):
         assert cli.main(["run", "--checkpoint-seconds", seconds, "--dry-run"]) == 2
         err = capsys.readouterr().err
         assert f"--checkpoint-seconds must be a finite number >= 0, got {float(seconds)}" in err
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exit_:
         cli.main(["frobnicate"])
+    assert exit_.value.code == 2  # argparse's usage error, not a success
+    assert "invalid choice: 'frobnicate'" in capsys.readouterr().err
 
 
 def test_console_script_is_installed():

@@ -83,6 +83,8 @@ def _run_cli(words: list[str], capsys) -> None:
                 return  # as many accelerators as asked for, which this machine lacks
         elif name == "digits-diurnal":
             args = [*args, "--set", "rounds=10", "--set", "eval_every=5", "--no-progress"]
+            if not {"--resume", "--overwrite"} & set(args):  # each an example of its own:
+                args.append("--overwrite")  # it may write where an earlier example wrote
         elif _needs_unfetchable_data(name):
             args, expected = [*args, "--dry-run", "--set", "download=false"], 2
         else:

@@ -72,7 +72,7 @@ def test_multi_seed_curves_get_a_min_max_band():
     per_seed = _per_seed()
     means = {name: _experiment.mean_history(runs) for name, runs in per_seed.items()}
     figure = plot_histories(means, spread=per_seed)
-    loss, accuracy = figure.axes
+    loss, accuracy, _legend_panel = figure.axes
     assert len(loss.collections) == len(accuracy.collections) == 2  # one band per algorithm
     band = loss.collections[1].get_paths()[0].vertices  # fedlaavg's: seeds 3.0 and 5.0
     expected = np.array([3.0, 5.0]) / np.arange(1, 5)[:, None]
@@ -112,15 +112,25 @@ def _finished_run(directory, **settings):
 
 
 def _legend(figure) -> list[str]:
-    return [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+    """The legend's entries: in the panel right of the axes."""
+    return [text.get_text() for text in figure.axes[-1].get_legend().get_texts()]
 
 
-def test_compare_legend_names_the_setting_that_differs(tmp_path):
+def _table(figure) -> list[str]:
+    return figure.axes[-1].get_legend().get_title().get_text().splitlines()
+
+
+def test_compare_labels_runs_by_letter_with_their_settings_in_a_table(tmp_path):
     _finished_run(tmp_path / "a", lr=0.05)
     _finished_run(tmp_path / "b", lr=0.1, algorithms=["fedavg", "fedlaavg"])
     figure = experiments.compare_runs([tmp_path / "a", tmp_path / "b"], tmp_path / "ab.png")
-    assert _legend(figure) == ["fedavg (lr=0.05)", "fedavg (lr=0.1, algorithms=fedavg,fedlaavg)"]
+    assert _legend(figure) == ["fedavg [A]", "fedavg [B]"]
+    assert _table(figure) == ["A: lr=0.05", "B: lr=0.1, algorithms=fedavg,fedlaavg"]
     assert figure._suptitle.get_text() == "digits-diurnal: runs differing in lr, algorithms"
+    loss = figure.axes[0]
+    assert [line.get_linestyle() for line in loss.get_lines()] == ["-", "--"]  # a style a run
+    assert len({line.get_color() for line in loss.get_lines()}) == 1  # a colour an algorithm
+    assert not any(ax.get_legend() for ax in figure.axes[:-1])  # no legend over the curves
     assert (tmp_path / "ab.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -129,8 +139,60 @@ def test_compare_falls_back_to_folder_names_when_no_setting_differs(tmp_path):
     _finished_run(tmp_path / "again")
     figure = experiments.compare_runs([tmp_path / "first", tmp_path / "again"],
                                       tmp_path / "c.png")
-    assert _legend(figure) == ["fedavg (first)", "fedavg (again)"]
+    assert _legend(figure) == ["fedavg [A]", "fedavg [B]"]
+    assert _table(figure) == ["A: first", "B: again"]
     assert figure._suptitle.get_text() == "digits-diurnal: first, again"
+
+
+def _seeded_run(directory, seeds, algorithms, **settings):
+    """A finished run's files: per seed s and algorithm i, loss (i + 1 + s) / (r + 1) at rounds
+    0, 5, 10, virtual time 2 per round from round 1 (none recorded at round 0)."""
+    directory.mkdir(parents=True)
+    History([{"algorithm": name, "seed": seed, "round": r,
+              "virtual_time": float("nan") if r == 0 else 2.0 * r,
+              "train_loss": (i + 1 + seed) / (r + 1), "test_accuracy": 0.1 * seed}
+             for i, name in enumerate(algorithms) for seed in seeds
+             for r in (0, 5, 10)]).to_csv(directory / "metrics.csv")
+    config = {"experiment": "async-mnist", "seeds": list(seeds), **settings}
+    (directory / "config.json").write_text(json.dumps(config))
+
+
+def test_compare_draws_each_curve_with_its_seeds_band_and_round_0_on_every_axis(tmp_path):
+    algorithms = ("fedavg", "fedbuff", "fedasync", "mifa")
+    _seeded_run(tmp_path / "one", (0, 1, 2, 3, 4), algorithms, lr=0.01)
+    _seeded_run(tmp_path / "two", (0, 1, 2, 3, 4), algorithms,
+                lr=0.02, experiment="time-to-accuracy-mnist-with-a-long-name", concurrency=7,
+                duration_mean=2.0, duration_sigma=1.0, speed_sigma=1.0, local_steps=5,
+                batch_size=10, eval_every=50, max_virtual_time=900.0)
+    figure = experiments.compare_runs([tmp_path / "one", tmp_path / "two"],
+                                      tmp_path / "t.png", x="virtual_time")
+    assert len(_legend(figure)) == 8  # every curve has its entry
+    loss = figure.axes[0]
+    assert len(loss.get_lines()) == 8 and len(loss.collections) == 8  # a band each
+    for line in loss.get_lines():
+        assert list(line.get_xdata()) == [0.0, 10.0, 20.0]  # round 0 at virtual time 0
+    fedavg = loss.collections[0].get_paths()[0].vertices[:, 1]
+    assert np.isclose(fedavg.max(), 5.0) and np.isclose(fedavg.min(), 1.0 / 11)  # seeds 0..4
+    assert np.allclose(loss.get_lines()[0].get_ydata(), [3.0, 3.0 / 6, 3.0 / 11])  # the mean
+    title = figure._suptitle.get_text()
+    assert "async-mnist / time-to-accuracy-mnist-with-a-long-name" in title.replace("\n", " ")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(figure).get_renderer()
+    drawn = figure._suptitle.get_window_extent(renderer)
+    assert 0 <= drawn.x0 and drawn.x1 <= figure.bbox.x1  # the title fits the figure
+    figure._suptitle.set_text(title.replace("\n", " "))  # on one line it would not
+    assert figure._suptitle.get_window_extent(renderer).width > figure.bbox.width
+
+
+def test_a_sweep_folder_compares_as_one_curve_per_algorithm_and_setting(tmp_path):
+    rows = [{"setting": f"lr={lr}", "lr": lr, "algorithm": "fedavg", "round": r,
+             "train_loss": lr * (r + 1)} for lr in (0.1, 0.2) for r in range(3)]
+    (tmp_path / "s").mkdir()
+    History(rows).to_csv(tmp_path / "s" / "metrics.csv")
+    histories = experiments.read_histories(tmp_path / "s")
+    assert list(histories) == ["fedavg (lr=0.1)", "fedavg (lr=0.2)"]  # not averaged together
+    np.testing.assert_allclose(histories["fedavg (lr=0.2)"]["train_loss"], [0.2, 0.4, 0.6])
 
 
 @pytest.mark.parametrize("name, seeds", [("subtrunc-mnist-table2", 5),

@@ -89,9 +89,66 @@ def test_the_source_digest_is_the_code_files_and_nothing_else(tmp_path):
     assert source_digest(package) != first
 
 
-def test_the_code_is_the_package_as_loaded():
+def test_the_code_is_the_package_as_loaded(tmp_path):
     import fedjax_avail
 
     assert code()["fedjax_avail_version"] == fedjax_avail.__version__
-    assert code()["fedjax_avail_source"] == source_digest() == _provenance._LOADED
+    # the digest taken at import is that of the files the package was loaded from
+    assert _provenance._LOADED == source_digest(Path(fedjax_avail.__file__).parent)
+    assert _provenance._LOADED != source_digest(tmp_path)  # an empty folder: another digest
     assert set(code()) == {"fedjax_avail_version", "fedjax_avail_source", "fedjax_avail_commit"}
+
+
+def _setup_py():
+    """The project's setup.py as a module (its setup() call runs only as __main__)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("setup_py", ROOT / "setup.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@needs_git
+def test_the_build_records_the_commit_it_was_built_from(repo, tmp_path):
+    (repo / "fedjax_avail").mkdir()
+    (repo / "fedjax_avail" / "__init__.py").write_text("")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "two")
+    source_commit = _setup_py().source_commit
+    head = _git(repo, "rev-parse", "HEAD")
+    assert source_commit(repo) == head
+    (repo / "fedjax_avail" / "__init__.py").write_text("x = 1\n")
+    assert source_commit(repo) == head + "-dirty"
+    assert source_commit(tmp_path / "nowhere") is None  # an sdist: no checkout
+
+
+def test_an_installed_copy_reads_its_build_record(tmp_path, monkeypatch):
+    record = tmp_path / "_build.json"
+    assert _provenance.built_commit(record) is None  # none written (an editable install)
+    record.write_text('{"git_commit": "abc123"}\n')
+    assert _provenance.built_commit(record) == "abc123"
+    record.write_text("{not json")
+    assert _provenance.built_commit(record) is None
+    record.write_text('{"git_commit": "abc123"}\n')
+    monkeypatch.setattr(_provenance, "BUILD_RECORD", record)
+    monkeypatch.setattr(_provenance, "git_commit", lambda: None)  # no checkout tracks it
+    assert _provenance.commit() == "abc123" == _provenance.provenance()["git_commit"]
+
+
+@needs_git
+def test_the_package_under_test_names_a_commit_of_this_checkout():
+    # In CI the package is installed with `pip install '.[test]'` from a clean clone: no
+    # checkout tracks the installed copy, so this checks the commit recorded at build time.
+    try:
+        _git(ROOT, "rev-parse", "HEAD")
+    except subprocess.CalledProcessError:
+        pytest.skip("the tests do not sit in a git checkout")
+    named = _provenance.provenance()["git_commit"]
+    assert named is not None, "the installed package names no commit"
+    done = subprocess.run(["git", "-C", str(ROOT), "merge-base", "--is-ancestor",
+                           named.removesuffix("-dirty"), "HEAD"], capture_output=True)
+    assert done.returncode == 0, f"{named} is not a commit of {ROOT} at or before HEAD"

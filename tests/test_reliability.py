@@ -220,7 +220,7 @@ def test_test_data_as_a_tuple_is_a_clear_error(digits_fd):
 def test_bad_setting_names_the_key_the_user_typed(capsys, tmp_path):
     assert cli.main(["run", "--set", "lr=-1", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert "setting lr must be a number > 0, got -1.0" in err and "client_lr" not in err
+    assert "setting lr must be a finite number > 0, got -1.0" in err and "client_lr" not in err
 
 
 def test_amplitude_is_not_measured_on_short_runs(tmp_path, capsys):

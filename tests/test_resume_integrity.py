@@ -361,6 +361,8 @@ def _changed(key, value):
         return ("fedlaavg",)
     if key == "beta":
         return 0.5
+    if key == "seeds":
+        return (0, 1)
     if isinstance(value, bool):
         return not value
     return value + 1 if isinstance(value, int) else value * 2

@@ -6,7 +6,7 @@ from fedjax_avail.experiments._availability_sweep import (
     AVAILABILITY_MNIST,
     AVAILABILITY_SWEEP_MNIST,
 )
-from fedjax_avail.experiments._compare import compare_runs, read_histories
+from fedjax_avail.experiments._compare import compare_runs, read_histories, read_runs
 from fedjax_avail.experiments._experiment import (
     DEFAULT_CHECKPOINT_SECONDS,
     RESUMABLE,
@@ -24,6 +24,7 @@ from fedjax_avail.experiments._fedlaavg import (
     FEDLAAVG_MNIST_FIG5_BETA,
     FEDLAAVG_MNIST_FIG5_N,
 )
+from fedjax_avail.experiments._parts import describe_fields as part_settings
 from fedjax_avail.experiments._sentiment140 import (
     FEDLAAVG_SENTIMENT140,
     FEDLAAVG_SENTIMENT140_FIG6,
@@ -38,7 +39,14 @@ from fedjax_avail.experiments._subtrunc import (
     SUBTRUNC_MNIST_WINDOW,
 )
 from fedjax_avail.experiments._summary import format_summary
-from fedjax_avail.experiments._sweep import Sweep, run_sweep, sweep_settings
+from fedjax_avail.experiments._sweep import (
+    Sweep,
+    best_lines,
+    criterion,
+    run_sweep,
+    sweep_settings,
+    with_grid,
+)
 from fedjax_avail.experiments._time_to_accuracy import TIME_TO_ACCURACY_MNIST
 from fedjax_avail.experiments._wkafl import (
     WKAFL_MNIST,
@@ -94,6 +102,8 @@ __all__ = [
     "RunOutcome",
     "Setup",
     "Sweep",
+    "best_lines",
+    "criterion",
     "dominant_period",
     "compare_runs",
     "format_summary",
@@ -101,9 +111,12 @@ __all__ = [
     "optional",
     "oscillation_amplitude",
     "parse_value",
+    "part_settings",
     "plan",
     "read_histories",
+    "read_runs",
     "run",
     "run_sweep",
     "sweep_settings",
+    "with_grid",
 ]

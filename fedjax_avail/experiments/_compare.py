@@ -4,23 +4,29 @@ from __future__ import annotations
 
 import csv
 import json
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
+from fedjax_avail.experiments._experiment import mean_history
 from fedjax_avail.history import History
 from fedjax_avail.plotting import plot_histories
 
 
 def read_histories(directory: str | Path) -> dict[str, History]:
-    """The histories in ``directory/metrics.csv``, one per algorithm (the mean over seeds).
+    """The histories in ``directory/metrics.csv``, one per curve (the mean over seeds): see
+    :func:`read_runs`."""
+    return {name: mean_history(runs) for name, runs in read_runs(directory).items()}
+
+
+def read_runs(directory: str | Path) -> dict[str, list[History]]:
+    """The histories in ``directory/metrics.csv``, each curve's runs one per seed.
 
     Reads the files ``fedjax-avail run`` writes (an ``algorithm`` column, a ``seed`` column with
-    several seeds) and those of :class:`fedjax_avail.callbacks.CSVLogger` and
-    :meth:`fedjax_avail.History.to_csv` (no ``algorithm`` column: one curve, named after the
-    folder; runs of a runs axis that share a seed, a ``run`` column: one curve each). Text
-    columns are left out.
+    several seeds; a sweep's ``setting`` column: one curve per algorithm and setting) and those
+    of :class:`fedjax_avail.callbacks.CSVLogger` and :meth:`fedjax_avail.History.to_csv` (no
+    ``algorithm`` column: one curve, named after the folder; runs of a runs axis that share a
+    seed, a ``run`` column: one curve each). Text columns are left out.
 
     Raises:
       FileNotFoundError: no metrics.csv there.
@@ -30,7 +36,7 @@ def read_histories(directory: str | Path) -> dict[str, History]:
     if not path.is_file():
         raise FileNotFoundError(f"{directory} holds no metrics.csv (is it a finished run's "
                                 "output directory?)")
-    rows: dict[str, dict[float, list[dict[str, float]]]] = defaultdict(lambda: defaultdict(list))
+    rows: dict[str, dict[str, list[dict[str, float]]]] = defaultdict(lambda: defaultdict(list))
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
         if reader.fieldnames is None:
@@ -39,19 +45,21 @@ def read_histories(directory: str | Path) -> dict[str, History]:
             raise ValueError(f"{path} has no 'round' column (columns: {reader.fieldnames}); "
                              "compare reads the metrics.csv of fedjax-avail run, CSVLogger or "
                              "History.to_csv")
+        text = {"algorithm", "seed", "run", "setting"}
         for row in reader:
             name = row.get("algorithm") or Path(directory).resolve().name
+            if row.get("setting"):
+                name = f"{name} ({row['setting']})"
             if row.get("run") not in (None, ""):
                 name = f"{name} (run {row['run']})"
             values = {k: _number(v) for k, v in row.items()
-                      if k not in ("algorithm", "seed", "run") and v not in ("", None)}
+                      if k not in text and v not in ("", None)}
             values = {k: v for k, v in values.items() if v is not None}
-            rows[name][values["round"]].append(values)
+            rows[name][row.get("seed") or ""].append(values)
     if not rows:
         raise ValueError(f"{path} holds no rows: the run wrote no evaluation yet")
-    return {name: History([{k: float(np.mean([r.get(k, np.nan) for r in group]))
-                            for k in group[0]} for _, group in sorted(by_round.items())])
-            for name, by_round in rows.items()}
+    return {name: [History(sorted(seed_rows, key=lambda r: r["round"]))
+                   for seed_rows in by_seed.values()] for name, by_seed in rows.items()}
 
 
 def _number(text: str) -> float | None:
@@ -64,10 +72,12 @@ def _number(text: str) -> float | None:
 def compare_runs(directories: list[str | Path], out: str | Path, x: str = "round"):
     """Overlays the training loss and test accuracy of finished runs in one figure.
 
-    Curves are labelled ``algorithm (setting=value, ...)`` with the settings in which the runs'
-    ``config.json`` files differ (e.g. ``fedavg (lr=0.1)``; a run without a setting leaves it
-    out), or ``algorithm (folder)`` where none differs or a run has no ``config.json``; the
-    title names the experiment and what differs.
+    Each run label's curve is the mean over its seeds, in a band from their minimum to their
+    maximum, one colour per curve name (an algorithm, with a sweep's setting) and one line style
+    per directory. With several directories each gets a letter (``fedavg [A]``), and a table beside
+    the axes says what each letter's run set: the settings in which the runs' ``config.json``
+    files differ (``A: lr=0.05``), or its folder where none differs or a run has no
+    ``config.json``. The title names the experiment and the settings that differ.
 
     Returns:
       the matplotlib ``Figure``.
@@ -78,16 +88,35 @@ def compare_runs(directories: list[str | Path], out: str | Path, x: str = "round
     configs = [_run_settings(directory) for directory in directories]
     differ = _differing(configs) if None not in configs else []
     folders = _folder_names(directories)
-    curves = {}
-    for directory, config, folder in zip(directories, configs, folders, strict=True):
-        tag = ", ".join(f"{key}={_value_text(config[key])}" for key in differ
-                        if key in config) or folder
-        for name, history in read_histories(directory).items():
-            curves[f"{name} ({tag})"] = history
+    several = len(directories) > 1
+    curves, spread, table, styles = {}, {}, [], {}
+    colours: dict[str, str] = {}  # one colour per curve of a run, one line style per run
+    for i, (directory, config, folder) in enumerate(zip(directories, configs, folders,
+                                                        strict=True)):
+        tag = _letter(i)
+        what = ", ".join(f"{key}={_value_text(config[key])}" for key in differ
+                         if key in config) or folder
+        if several:
+            table += textwrap.wrap(f"{tag}: {what}", 40, subsequent_indent="   ")
+        for name, runs in read_runs(directory).items():
+            label = f"{name} [{tag}]" if several else name
+            curves[label] = mean_history(runs)
+            spread[label] = runs
+            colour = colours.setdefault(name, f"C{len(colours) % 10}")  # a sweep's settings too
+            styles[label] = {"color": colour, "linestyle": _STYLES[i % len(_STYLES)]}
     names = sorted({str(c.get("experiment", "")) for c in configs if c} - {""})
     what = f"runs differing in {', '.join(differ)}" if differ else ", ".join(folders)
     title = f"{' / '.join(names)}: {what}" if names else f"compared: {what}"
-    return plot_histories(curves, out, title=title, x=x)
+    return plot_histories(curves, out, title=title, x=x, spread=spread, table=table,
+                          styles=styles if several else None)
+
+
+_STYLES = ("-", "--", ":", "-.")
+
+
+def _letter(i: int) -> str:
+    """A, B, ..., Z, AA, AB, ...: the short tag of the ``i``-th run compared."""
+    return (_letter(i // 26 - 1) if i >= 26 else "") + chr(ord("A") + i % 26)
 
 
 def _run_settings(directory: str | Path) -> dict | None:
@@ -97,6 +126,9 @@ def _run_settings(directory: str | Path) -> dict | None:
         return None
     settings = json.loads(path.read_text())
     settings.pop("provenance", None)
+    if "sweep" in settings:  # a sweep's: its name and shared settings (panels name the rest)
+        return {"experiment": settings["sweep"],
+                **settings.get("shared", settings.get("overrides", {}))}
     return settings
 
 

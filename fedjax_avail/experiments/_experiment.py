@@ -36,6 +36,7 @@ from fedjax_avail.callbacks import Checkpointing, CSVLogger, Evaluation, TensorB
 from fedjax_avail.checkpoint import KEEP
 from fedjax_avail.data import FederatedData
 from fedjax_avail.engine import DivergenceError, Interrupted, simulate
+from fedjax_avail.experiments import _parts
 from fedjax_avail.experiments._settings import CHOICES, MEANINGS, check_settings
 from fedjax_avail.experiments._summary import summary_row
 from fedjax_avail.history import History
@@ -63,6 +64,9 @@ class Setup(NamedTuple):
     rounds: Mapping[str, int] = {}  # per-algorithm rounds instead of the setting rounds
     max_virtual_time: float | None = None  # every algorithm's virtual-time budget
     eval_every: Mapping[str, int] = {}  # per-algorithm eval_every instead of the setting's
+    # the window as the availability process sets it (so that a dotted availability setting,
+    # e.g. availability.period, moves it too); None: ``window`` as given
+    window_of: Callable[[AvailabilityProcess], int] | None = None
 
     def rounds_of(self, name: str, config: Mapping[str, Any]) -> int:
         return int(self.rounds.get(name, config["rounds"]))
@@ -84,6 +88,10 @@ class Experiment:
       meanings: setting -> one line on what it does here, where the shared ``MEANINGS`` line
         (``experiments/_settings.py``) does not fit this experiment.
       choices: setting -> its valid values, added to (or replacing) the shared ``CHOICES``.
+
+    Every experiment also has ``seeds`` (default ``()``: one run with ``seed``; several: one
+    program on the runs axis, mean and std in the summary), and every field of its parts by a
+    dotted name (``fedbuff.history``: :mod:`fedjax_avail.experiments._parts`).
     """
 
     name: str
@@ -93,6 +101,18 @@ class Experiment:
     measured: str = ""
     meanings: Mapping[str, str] = dataclasses.field(default_factory=dict)
     choices: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if "seed" in self.defaults and "seeds" not in self.defaults:  # every experiment's
+            object.__setattr__(self, "defaults", {**self.defaults, "seeds": ()})
+
+    def setup(self, config: Mapping[str, Any]) -> Setup:
+        """The experiment's parts under ``config`` (checked by :meth:`config`), its dotted
+        settings applied to them."""
+        setup = _parts.apply(self.build(dict(config)), config)
+        if setup.window_of is not None:
+            setup = setup._replace(window=setup.window_of(setup.availability))
+        return setup
 
     def meaning(self, key: str) -> str:
         """One line on what setting ``key`` does ("" for a setting nobody described)."""
@@ -107,8 +127,10 @@ class Experiment:
         range are errors naming the setting)."""
         config = dict(self.defaults)
         for key, value in (overrides or {}).items():
-            if key not in config:
-                raise ValueError(f"{self.name} has no setting {key!r}; settings: {sorted(config)}")
+            if key not in config and not _parts.is_dotted(key):
+                raise ValueError(f"{self.name} has no setting {key!r}; settings: "
+                                 f"{sorted(config)}, or a part's field by a dotted name "
+                                 "(fedavg.client_lr, availability.period)")
             config[key] = value
         overrides = overrides or {}
         if overrides.get("beta") is not None and "clients_per_round" in overrides:
@@ -178,6 +200,7 @@ def run(
     keep_checkpoints: int = KEEP,
     tensorboard: bool = False,
     checkpoint_seconds: float | None = None,
+    overwrite: bool = False,
 ) -> RunOutcome:
     """Runs every algorithm of an experiment and writes its results.
 
@@ -204,13 +227,17 @@ def run(
         (``simulate``'s); default ``DEFAULT_CHECKPOINT_SECONDS`` (30) with the default
         ``checkpoint_every``, 0 (every ``checkpoint_every`` rounds) with one given. The last
         round and an interrupted run are always saved.
+      overwrite: replace the results of an earlier run in ``out_dir`` (without it, and without
+        ``resume``, a folder holding ``metrics.csv``, ``config.json``, ``summary.json`` or
+        checkpoints is refused).
 
     ``metrics.csv`` is rewritten at every evaluation while the algorithms run
     (:class:`fedjax_avail.callbacks.CSVLogger`); ``summary.json``'s ``seconds`` add up the
     wall time of every invocation that worked on an algorithm (``--resume``).
 
     Raises:
-      ValueError: a bad setting, or an ``out_dir`` that cannot be written (before compute).
+      ValueError: a bad setting, an ``out_dir`` that cannot be written, holds an earlier run
+        (without ``overwrite`` or ``resume``) or no run to resume (``resume``), before compute.
       ImportError: ``tensorboard`` without tensorboardX (before compute).
       fedjax_avail.Interrupted: Ctrl-C; what finished is written and checkpointed first.
     """
@@ -233,9 +260,21 @@ def run(
     lock = DirectoryLock(out_dir, "out_dir") if out_dir is not None else contextlib.nullcontext()
     with lock:
         if out_dir is not None:
-            _record_settings(out_dir, experiment.name, config, resume)
-        setup = experiment.build(config)
+            earlier = check_fresh(out_dir, resume, overwrite)
+            settings = resumable_settings(out_dir, experiment.name, config, resume)
+        setup = experiment.setup(config)  # a bad part's field is refused before it is recorded
         seeds = list(config["seeds"]) if config.get("seeds") else None
+        check_algorithms(setup, config, seeds or [config["seed"]])  # all, before the first trains
+        if out_dir is not None:
+            if overwrite and earlier:  # an earlier run's files this one may not write again
+                shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
+                for name in setup.algorithms:
+                    shutil.rmtree(out_dir / "tensorboard" / name, ignore_errors=True)
+                for figure in out_dir.glob("curves*.png"):
+                    figure.unlink()
+            path = out_dir / "checkpoints" / "settings.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, json.dumps(settings, indent=2, sort_keys=True) + "\n")
         meta = {"experiment": experiment.name, **config, "provenance": provenance()}
         histories: dict[str, History] = {}
         per_seed: dict[str, list[History]] = {}
@@ -261,7 +300,7 @@ def run(
                         checkpoints, every=checkpoint_every or 10 * eval_every,
                         keep=keep_checkpoints, seconds=checkpoint_seconds))
                 callbacks.append(CSVLogger(out_dir / "metrics.csv", {"algorithm": name},
-                                           _csv_rows(per_seed, seeds)))
+                                           csv_rows(per_seed, seeds)))
                 if tensorboard:
                     callbacks.append(TensorBoard(out_dir / "tensorboard" / name))
             start = time.perf_counter()
@@ -290,13 +329,39 @@ def run(
 RESUMABLE = ("rounds", "data_dir")
 
 
-def _record_settings(out_dir: Path, name: str, config: Mapping[str, Any], resume: bool) -> None:
-    """Writes ``checkpoints/settings.json``; with ``resume``, first refuses settings that
-    differ from the recorded ones (naming them), before anything is loaded or compiled."""
+# What a run leaves in its output directory: a second run there must be asked for.
+_RESULTS = ("metrics.csv", "config.json", "summary.json")
+
+
+def check_fresh(out_dir: Path, resume: bool, overwrite: bool) -> list[str]:
+    """Refuses to start a run (``resume`` False) in a folder holding an earlier run's results
+    (its result files or a checkpoint) unless ``overwrite``; and ``resume`` together with
+    ``overwrite``. Returns what of an earlier run it found."""
+    if resume and overwrite:
+        raise ValueError("--resume continues the run in --out and --overwrite replaces it; "
+                         "choose one")
+    found = [name for name in _RESULTS if (out_dir / name).exists()]
+    if any(step.name.isdigit() for step in (out_dir / "checkpoints").glob("*/*")):
+        found.append("checkpoints")
+    if found and not resume and not overwrite:
+        raise ValueError(f"{out_dir} already holds a run's results ({', '.join(found)}); "
+                         "pass --overwrite (overwrite=True) to replace them, --resume to "
+                         "continue that run, or choose another --out")
+    return found
+
+
+def resumable_settings(out_dir: Path, name: str, config: Mapping[str, Any],
+                        resume: bool) -> dict[str, Any]:
+    """What ``checkpoints/settings.json`` records of this run; with ``resume``, first refuses a
+    folder with no run to resume and settings that differ from the recorded ones (naming
+    them), before anything is loaded or compiled."""
     path = out_dir / "checkpoints" / "settings.json"
     now = json.loads(json.dumps({"experiment": name, **{
         k: v for k, v in config.items() if k not in RESUMABLE}}, default=str))
-    if resume and path.exists():
+    if resume and not path.exists():
+        raise ValueError(f"--resume: {out_dir} holds no run to resume (no checkpoints/"
+                         "settings.json); run without --resume to start one")
+    if resume:
         try:
             then = json.loads(path.read_text())
         except ValueError:
@@ -307,10 +372,9 @@ def _record_settings(out_dir: Path, name: str, config: Mapping[str, Any], resume
             raise ValueError(
                 f"--resume: {out_dir} holds a run with different settings: " + ", ".join(
                     f"{k} (was {then.get(k)!r}, now {now.get(k)!r})" for k in differ)
-                + "; resume with the same settings, or choose another --out (or omit "
-                "--resume to start afresh)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(now, indent=2, sort_keys=True) + "\n")
+                + "; resume with the same settings, or choose another --out (or "
+                "--overwrite to start afresh)")
+    return now
 
 
 def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None,
@@ -328,15 +392,13 @@ def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None,
       ValueError, FileNotFoundError, MemoryError: what :func:`run` would raise before compute.
     """
     config = experiment.config(overrides)
-    setup = experiment.build(config)
+    setup = experiment.setup(config)
     seeds = list(config["seeds"]) if config.get("seeds") else [config["seed"]]
+    check_algorithms(setup, config, seeds)
     rows = []
     for name, algorithm in setup.algorithms.items():
         rounds = setup.rounds_of(name, config)
         evaluation = _evaluation(setup, setup.eval_every_of(name, config), config)
-        inputs.check_simulate_args(setup.task, setup.train, algorithm, setup.availability,
-                                   rounds, seeds, "auto")
-        evaluation.check(setup.task)
         available = memory.available_bytes(mesh=mesh)
         estimate, _ = memory.fitting_estimate(  # simulate's choice of runs at once
             setup.task, setup.train, algorithm, setup.availability, available=available,
@@ -346,6 +408,19 @@ def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None,
         rows.append({"algorithm": name, "rounds": rounds, "seeds": seeds,
                      "estimated_bytes": estimate.total})
     return rows
+
+
+def check_algorithms(setup: Setup, config: Mapping[str, Any], seeds: list[int]) -> None:
+    """``simulate``'s checks of every algorithm's arguments and evaluation, before the first
+    trains; a refusal names the algorithm (``fedlaavg: clients_per_round must be ...``)."""
+    for name, algorithm in setup.algorithms.items():
+        try:
+            inputs.check_simulate_args(setup.task, setup.train, algorithm, setup.availability,
+                                       setup.rounds_of(name, config), seeds, "auto")
+            _evaluation(setup, setup.eval_every_of(name, config), config).check(setup.task)
+        except (TypeError, ValueError) as error:
+            error.args = (f"{name}: {error}", *error.args[1:])
+            raise
 
 
 def _evaluation(setup: Setup, every: int, config: Mapping[str, Any]) -> Evaluation:
@@ -369,7 +444,7 @@ def mean_history(histories: list[History]) -> History:
     return History(rows)
 
 
-def _csv_rows(per_seed: Mapping[str, list[History]], seeds: list[int] | None) -> list[dict]:
+def csv_rows(per_seed: Mapping[str, list[History]], seeds: list[int] | None) -> list[dict]:
     """The rows of ``metrics.csv``: one per algorithm, seed and evaluation."""
     return [{"algorithm": name, **({"seed": seeds[i]} if seeds else {}), **row}
             for name, histories in per_seed.items() for i, history in enumerate(histories)
@@ -396,7 +471,7 @@ def _write_files(out_dir: Path, meta, per_seed, summary, experiment, setup, plot
                  seeds) -> None:
     """metrics.csv (one row per algorithm, seed and evaluation), config.json, summary.json and
     the figures (the mean over seeds, in a band from their minimum to their maximum)."""
-    History(_csv_rows(per_seed, seeds)).to_csv(out_dir / "metrics.csv")
+    History(csv_rows(per_seed, seeds)).to_csv(out_dir / "metrics.csv")
     histories = {name: mean_history(h) for name, h in per_seed.items()}
     atomic_write_text(out_dir / "config.json", json.dumps(meta, indent=2, default=str) + "\n")
     atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")

@@ -70,7 +70,13 @@ def setup_one_label(config: dict[str, Any], train, test, task, make_process=_diu
     fd = data.one_label_per_client(train["x"], train["y"], config["num_clients"],
                                    seed=config["seed"])
     return Setup(task, fd, test, make_process(config, fd), algorithms_from_config(config),
-                 window=2 * config["E"])
+                 window=2 * config["E"],
+                 window_of=_diurnal_window if make_process is _diurnal else None)
+
+
+def _diurnal_window(process: availability.Periodic) -> int:
+    """2E: both groups' turns, from the process itself (``availability.period`` is E)."""
+    return 2 * int(process.period)
 
 
 def _build_digits(config: dict[str, Any]) -> Setup:

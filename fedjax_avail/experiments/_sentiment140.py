@@ -40,7 +40,8 @@ def _build(config: dict[str, Any]) -> Setup:
     )
     test = {k: loaded.test[k] for k in ("x", "y")}
     return Setup(task, loaded.train, test, process, algorithms_from_config(config),
-                 window=config["E"])
+                 window=config["E"], window_of=lambda p: config["E"] if (
+                     p.rounds_per_hour == config["E"] // 24) else 24 * int(p.rounds_per_hour))
 
 
 FEDLAAVG_SENTIMENT140 = Experiment(

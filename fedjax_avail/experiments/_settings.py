@@ -1,7 +1,11 @@
 """Checks of experiment settings, naming the setting as the user typed it (``--set lr=-1``).
 
-Each known setting has one rule; a setting an experiment has but this table does not know is
-checked by the library call it feeds. A setting whose value must be one of a fixed set has its
+A short name for a part's field (``lr`` for every algorithm's ``client_lr``) is checked by that
+field's own annotation (:data:`ALIASES`, the one source of truth the Python API checks too);
+each other setting of an experiment's own (rounds, the data split, the availability pattern)
+has one rule in :data:`RULES`; a setting neither knows is checked by the library call it feeds;
+a part's field by its dotted name (``fedbuff.history``) is checked when it is applied
+(:mod:`fedjax_avail.experiments._parts`). A setting whose value must be one of a fixed set has its
 choices in :data:`CHOICES` (or an experiment's own ``choices``): the checks here and the
 settings listed by ``describe`` and ``run NAME --help`` read them from there.
 """
@@ -11,9 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from fedjax_avail._checks import is_int, is_real
+from fedjax_avail._checks import check_value, field_hints, is_int, is_real
+from fedjax_avail.algorithms import WKAFL, FedAvg, FedBuff
+from fedjax_avail.clock import LogNormal
 from fedjax_avail.inputs import MAX_ROUNDS
-from fedjax_avail.selection import PHIS
+from fedjax_avail.selection import PHIS, DivFL, SubTrunc, UnionFL
 from fedjax_avail.tables import TABLE_DTYPES
 
 
@@ -29,19 +35,34 @@ def _real(text: str, test: Callable[[float], bool]) -> tuple[str, Callable[[Any]
     return text, check
 
 
+# Short names of a part's field, checked by the field's annotation: setting -> (class, field).
+ALIASES: dict[str, tuple[type, str]] = {
+    "lr": (FedAvg, "client_lr"),
+    "server_lr": (FedAvg, "server_lr"),
+    "local_steps": (FedAvg, "local_steps"),
+    "batch_size": (FedAvg, "batch_size"),
+    "clients_per_round": (FedAvg, "clients_per_round"),
+    "mu": (FedAvg, "mu"),
+    "history": (FedBuff, "history"),
+    "concurrency": (FedBuff, "concurrency"),
+    "wkafl_lr": (WKAFL, "client_lr"),
+    "duration_mean": (LogNormal, "mean"),
+    "duration_sigma": (LogNormal, "sigma"),
+    "speed_sigma": (LogNormal, "sigma"),
+    "lam": (SubTrunc, "lam"),
+    "b": (SubTrunc, "b"),
+    "window": (UnionFL, "window"),
+    "candidates": (DivFL, "candidates"),
+}
+
+# The experiments' own settings (no part has them as a field).
 RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "num_clients": _int(1),
-    "clients_per_round": _int(1),
-    "local_steps": _int(1),
-    "batch_size": _int(1),
     "rounds": _int(1, MAX_ROUNDS),
     "eval_every": _int(1),
     "seed": _int(0, 2**32),
     "E": _int(1),
     "D": _int(1),
-
-    "server_lr": _real("a number > 0", lambda v: v > 0),
-    "mu": _real("a number >= 0", lambda v: v >= 0),
     "alpha": _real("a number in [0, 0.5]", lambda v: 0 <= v <= 0.5),
     "mean_availability": _real("a number in (0, 1)", lambda v: 0 < v < 1),
     "markov_p_off": _real("a number in (0, 1]", lambda v: 0 < v <= 1),
@@ -50,27 +71,16 @@ RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "min_size": _int(1),
     "max_size": _int(1),
     "switch_round": _int(0),
-    "concurrency": _int(1),
-    "duration_mean": _real("a number > 0", lambda v: v > 0),
-    "duration_sigma": _real("a number >= 0", lambda v: v >= 0),
-    "speed_sigma": _real("a number >= 0", lambda v: v >= 0),
     "p_on": _real("a number in (0, 1]", lambda v: 0 < v <= 1),
     "p_off": _real("a number in (0, 1]", lambda v: 0 < v <= 1),
-    "lr": _real("a number > 0", lambda v: v > 0),
     "beta": _real("a number in (0, 1]", lambda v: 0 < v <= 1),
-    "history": _int(1),
     "classes": _int(1),
-    "candidates": _int(1),
     "poc_d": _int(1),
-    "lam": _real("a number >= 0", lambda v: v >= 0),
-    "b": _real("a number > 0", lambda v: v > 0),
-    "window": _int(1),
     "seeds": ("a tuple of distinct integers in [0, 2^32), e.g. --set seeds=0,1,2,3,4",
               lambda v: isinstance(v, tuple) and all(is_int(x) and 0 <= x < 2**32 for x in v)
               and len(set(v)) == len(v)),
     "train_eval_examples": _int(1),
     "async_eval_every": _int(1),
-    "wkafl_lr": _real("a number > 0", lambda v: v > 0),
     "max_virtual_time": _real("a number > 0", lambda v: v > 0),
     "algorithms": ("a non-empty list of distinct algorithm names, e.g. --set "
                    "algorithms=fedavg,fedlaavg",
@@ -161,8 +171,13 @@ def check_settings(config: Mapping[str, Any], defaults: Mapping[str, Any],
     (for a tuple-valued setting such as ``algorithms``, each item's).
     """
     for key, value in config.items():
+        if "." in key:  # a part's field: checked by its annotation when applied (_parts)
+            continue
         if value is None and optional(defaults, key):
             continue
+        if key in ALIASES:
+            owner, field = ALIASES[key]
+            check_value(f"setting {key}", value, field_hints(owner)[field])
         if key in RULES:
             allowed, ok = RULES[key]
             if not ok(value):

@@ -4,15 +4,29 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from fedjax_avail._io import atomic_write_text, check_writable_dir
 from fedjax_avail._lock import DirectoryLock
 from fedjax_avail._provenance import provenance
-from fedjax_avail.experiments._experiment import Experiment, RunOutcome, run
+from fedjax_avail.experiments import _parts
+from fedjax_avail.experiments._experiment import (
+    Experiment,
+    RunOutcome,
+    check_algorithms,
+    check_fresh,
+    csv_rows,
+    resumable_settings,
+    run,
+)
+from fedjax_avail.history import History
 from fedjax_avail.plotting import plot_grid, plot_histories, run_title
 
 # FedLaAvg Fig. 5/9 and 7/11 vary N (beta = 0.1) and beta (N = 1000) without giving the values
@@ -74,7 +88,42 @@ def sweep_settings(sweep: Sweep, overrides: Mapping[str, Any] | None = None
               for label, setting in sweep.settings.items()}
     for panel in panels.values():
         sweep.base.config(panel)
+    _check_parts(sweep, panels)
     return panels
+
+
+def with_grid(experiment: Experiment | Sweep, values: Mapping[str, Sequence[Any]]) -> Sweep:
+    """``experiment`` run at every point of the grid ``values`` (setting -> its values, the
+    product of all): ``--sweep lr=0.01,0.1 --sweep E=10,20`` is 4 runs. On a :class:`Sweep`
+    each of its panels runs at every point.
+
+    Raises:
+      ValueError: an empty list of values, a value given twice, or a swept setting that a
+        sweep's own panels set.
+    """
+    for key, options in values.items():
+        if not options:
+            raise ValueError(f"--sweep {key}: no values (give them as {key}=V1,V2,...)")
+        if len({str(v) for v in options}) != len(options):
+            raise ValueError(f"--sweep {key}: a value is given twice: {list(options)}")
+    points = {", ".join(f"{k}={_text(v)}" for k, v in zip(values, combo, strict=True)):
+              dict(zip(values, combo, strict=True))
+              for combo in itertools.product(*values.values())}
+    if isinstance(experiment, Experiment):
+        return Sweep(experiment.name, experiment.description, experiment, points)
+    for label, setting in experiment.settings.items():
+        clash = [k for k in values if k in setting]
+        if clash:
+            raise ValueError(f"--sweep {clash[0]}: the panels of {experiment.name} set it "
+                             f"themselves (panel {label!r}: {dict(setting)})")
+    settings = {f"{label}, {point}": {**setting, **values_}
+                for label, setting in experiment.settings.items()
+                for point, values_ in points.items()}
+    return dataclasses.replace(experiment, settings=settings, overlay=False)
+
+
+def _text(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
 
 
 def run_sweep(
@@ -84,38 +133,65 @@ def run_sweep(
     progress: bool = True,
     *,
     resume: bool = False,
+    overwrite: bool = False,
+    best: str = "final_test_accuracy",
     checkpoint_every: int | None = None,
     mesh: Any = None,
     **run_options: Any,
 ) -> dict[str, RunOutcome]:
-    """Runs every panel; writes ``<label>/`` per panel, plus a combined ``summary.json`` and
-    ``grid.png`` (training loss and test accuracy of every panel). ``run_options``
-    (``checkpoint``, ``keep_checkpoints``, ``checkpoint_seconds``, ``tensorboard``) go to each
-    panel's :func:`run`.
+    """Runs every panel; writes ``<label>/`` per panel, plus ``metrics.csv`` (every panel's
+    rows with one column per setting the panels vary, named after it), ``summary.json``
+    (every panel's summary rows, the varied settings, ``best``: whether the row is its
+    algorithm's best panel) and ``grid.png`` (training loss and test accuracy of every
+    panel). ``run_options`` (``checkpoint``, ``keep_checkpoints``, ``checkpoint_seconds``,
+    ``tensorboard``) go to each panel's :func:`run`.
+
+    Args:
+      best: what makes a panel an algorithm's best: ``final_test_accuracy`` (highest),
+        ``final_train_loss`` (lowest), or ``time_to=ACC`` (the least virtual time, rounds where
+        the run has no clock, to a test accuracy of ACC; a run that never gets there is last).
+      resume: continue every panel that has checkpoints; start the others.
+      overwrite: replace an earlier sweep's results in ``out_dir``.
 
     Raises:
       ValueError: an override of a setting that the panels set themselves (e.g. ``E`` in the
-        Fig. 4 sweep), a bad setting, or an ``out_dir`` that cannot be written, before compute.
+        Fig. 4 sweep), a bad setting or ``best``, or an ``out_dir`` that cannot be written,
+        holds an earlier run (without ``overwrite`` or ``resume``) or none to resume
+        (``resume``), before compute.
     """
+    score = criterion(best)
     panels = sweep_settings(sweep, overrides)
     shared = {**sweep.defaults, **dict(overrides or {})}
     if out_dir is not None:
         out_dir = check_writable_dir(out_dir, "out_dir")
     lock = DirectoryLock(out_dir, "out_dir") if out_dir is not None else contextlib.nullcontext()
     with lock:  # one sweep per output directory (each panel also locks its own)
-        outcomes = {}
-        for label, panel in panels.items():
-            panel_dir = None if out_dir is None else Path(out_dir) / _slug(label)
-            outcomes[label] = run(sweep.base, panel, panel_dir, progress,
-                                  resume=resume, checkpoint_every=checkpoint_every, mesh=mesh,
-                                  **run_options)
+        dirs = {label: None if out_dir is None else Path(out_dir) / _slug(label)
+                for label in panels}
         if out_dir is not None:
-            summary = [{"setting": label, **row} for label, o in outcomes.items()
-                       for row in o.summary]
-            atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+            _check_sweep_dir(out_dir, dirs, resume, overwrite)
+            for label, path in dirs.items():  # every started panel resumes, before compute
+                if resume and (path / "checkpoints" / "settings.json").exists():
+                    resumable_settings(path, sweep.base.name, sweep.base.config(panels[label]),
+                                       True)
+        varied = list(dict.fromkeys(k for setting in sweep.settings.values() for k in setting))
+        outcomes: dict[str, RunOutcome] = {}
+        for label, panel in panels.items():
+            started = dirs[label] is not None and (
+                dirs[label] / "checkpoints" / "settings.json").exists()
+            outcomes[label] = run(sweep.base, panel, dirs[label], progress,
+                                  resume=resume and started,
+                                  overwrite=overwrite or (resume and not started),
+                                  checkpoint_every=checkpoint_every, mesh=mesh, **run_options)
+            if out_dir is not None:  # after every panel: what finished is never lost
+                _write_tables(out_dir, sweep, outcomes, varied, score)
+        if out_dir is not None:
+            first = sweep.base.config(next(iter(panels.values())))
+            common = {k: v for k, v in first.items() if k not in varied}
             atomic_write_text(out_dir / "config.json", json.dumps(
                 {"sweep": sweep.name, "overrides": shared, "settings": sweep.settings,
-                 "provenance": provenance()}, indent=2, default=str) + "\n")
+                 "shared": common, "best": best, "provenance": provenance()}, indent=2,
+                default=str) + "\n")
             title = sweep_title(sweep, panels, outcomes)
             if sweep.overlay:
                 curves = {f"{label} ({name})": history for label, o in outcomes.items()
@@ -127,6 +203,124 @@ def run_sweep(
                 plot_grid({label: o.histories for label, o in outcomes.items()},
                           out_dir / "grid.png", title=title)
     return outcomes
+
+
+def _check_parts(sweep: Sweep, panels: Mapping[str, Mapping[str, Any]]) -> None:
+    """Before the first panel trains: every panel's dotted settings applied to its own parts
+    and its algorithms checked; a dotted setting of a field that the panels' own settings vary
+    (``availability.period`` in the Fig. 4 sweep over E) is refused, as a short one is."""
+    configs = {label: sweep.base.config(panel) for label, panel in panels.items()}
+    dotted = dict.fromkeys(k for config in configs.values() for k in config
+                           if _parts.is_dotted(k))
+    if not dotted:
+        return
+    leaves: list[dict[str, Any]] = []  # the parts' fields of each distinct panel, undotted
+    done: set[str] = set()
+    for config in configs.values():
+        plain = {k: v for k, v in config.items() if not _parts.is_dotted(k)}
+        built = sweep.base.build(dict(plain))
+        setup = _parts.apply(built, config)
+        seeds = list(config["seeds"]) if config.get("seeds") else [config["seed"]]
+        check_algorithms(setup, config, seeds)
+        key = json.dumps(plain, sort_keys=True, default=str)
+        if key not in done:
+            done.add(key)
+            leaves.append(_parts.leaf_values(built))
+    varied = {path for path in leaves[0] if any(
+        not _same(other.get(path), leaves[0][path]) for other in leaves[1:])}
+    for key in dotted:
+        hit = [path for path in varied if path == key or path.startswith(key + ".")]
+        if hit:
+            raise ValueError(f"setting {key}: the panels of {sweep.name} set {hit[0]} "
+                             "themselves (it differs from panel to panel)")
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(np.asarray(a), np.asarray(b))
+    return bool(a == b)
+
+
+def _check_sweep_dir(out_dir: Path, dirs: Mapping[str, Path], resume: bool,
+                     overwrite: bool) -> None:
+    """:func:`check_fresh` for the sweep's own files and each panel's folder; ``resume``
+    needs at least one panel that started."""
+    check_fresh(out_dir, resume, overwrite)
+    for path in dirs.values():
+        check_fresh(path, resume, overwrite)
+    if resume and not any((p / "checkpoints" / "settings.json").exists()
+                          for p in dirs.values()):
+        raise ValueError(f"--resume: {out_dir} holds no panel of this sweep to resume; run "
+                         "without --resume to start it")
+
+
+def criterion(best: str):
+    """``best`` as ``(summary row, mean history) -> score`` (higher is better; None: not
+    reached), naming what is wrong with it otherwise."""
+    if best == "final_test_accuracy":
+        return lambda row, history: row.get("final_test_accuracy")
+    if best == "final_train_loss":
+        return lambda row, history: (None if row.get("final_train_loss") is None
+                                     else -row["final_train_loss"])
+    key, _, target = best.partition("=")
+    try:
+        accuracy = float(target)
+    except ValueError:
+        accuracy = math.nan
+    if key != "time_to" or not 0 < accuracy <= 1:
+        raise ValueError(f"best must be final_test_accuracy, final_train_loss or time_to=ACC "
+                         f"with ACC in (0, 1], got {best!r}")
+
+    def time_to(row, history: History) -> float | None:
+        if "test_accuracy" not in history.columns:
+            return None
+        x = "virtual_time" if "virtual_time" in history.columns else "round"
+        reached = [r for r in history.rows if r.get("test_accuracy", 0) >= accuracy]
+        if not reached:
+            return None
+        value = float(reached[0][x])
+        return -(value if math.isfinite(value) else 0.0)  # round 0's virtual time is NaN
+
+    return time_to
+
+
+def _write_tables(out_dir: Path, sweep: Sweep, outcomes: Mapping[str, RunOutcome],
+                  varied: list[str], score) -> None:
+    """The sweep's ``metrics.csv`` and ``summary.json`` over the panels run so far."""
+    def columns(label: str) -> dict[str, Any]:
+        setting = sweep.settings[label]
+        return {"setting": label, **{k: _text(setting[k]) if k in setting else "" for k in varied}}
+
+    rows = [{**columns(label), **row} for label, o in outcomes.items()
+            for row in csv_rows(o.per_seed, _seeds(o))]
+    History(rows).to_csv(out_dir / "metrics.csv")
+    summary = [{**columns(label), **row, "score": score(row, o.histories[row["algorithm"]])}
+               for label, o in outcomes.items() for row in o.summary]
+    for name in dict.fromkeys(row["algorithm"] for row in summary):
+        scored = [row for row in summary if row["algorithm"] == name and row["score"] is not None
+                  and row["status"] == "ok"]  # a diverged or interrupted run is never best
+        top = max((row["score"] for row in scored), default=None)
+        for row in summary:
+            if row["algorithm"] == name:
+                row["best"] = top is not None and row["score"] == top
+    atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+
+
+def _seeds(outcome: RunOutcome) -> list[int] | None:
+    seeds = outcome.summary[0].get("seeds") if outcome.summary else None
+    return list(seeds) if seeds else None
+
+
+def best_lines(summary: list[dict[str, Any]], best: str) -> list[str]:
+    """One line per algorithm naming its best panel, e.g. ``best for fedavg by
+    final_test_accuracy: lr=0.1 (0.9312)``."""
+    lines = []
+    for row in summary:
+        if row.get("best"):
+            shown = abs(row["score"]) if best != "final_test_accuracy" else row["score"]
+            lines.append(f"best for {row['algorithm']} by {best}: {row['setting']} "
+                         f"({shown:.4g})")
+    return lines
 
 
 def sweep_title(sweep: Sweep, panels: Mapping[str, Mapping[str, Any]],

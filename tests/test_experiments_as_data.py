@@ -1,0 +1,318 @@
+"""Experiments as data: every field of every part is a setting by a dotted name, every
+experiment takes seeds and sweeps, a sweep's members equal their separate runs, and a run never
+overwrites or resumes silently."""
+
+import csv
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from conftest import MNIST_DIR
+
+from fedjax_avail import cli, experiments
+from fedjax_avail.experiments import _parts
+from fedjax_avail.history import History
+
+OFFLINE = [name for name, e in experiments.REGISTRY.items()
+           if isinstance(e, experiments.Experiment) and "sentiment140" not in name]
+SMALL = {"rounds": 6, "eval_every": 3}
+
+
+def _leaves(prefix, obj):
+    """(dotted name, value) of every scalar field below a dataclass, walked here on its own."""
+    for field in dataclasses.fields(obj):
+        if not field.init:
+            continue
+        value = getattr(obj, field.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            yield from _leaves(f"{prefix}.{field.name}", value)
+        elif value is None or isinstance(value, (bool, int, float, str)):
+            yield f"{prefix}.{field.name}", value
+
+
+def _get(setup, key):
+    part, *path = key.split(".")
+    obj = {**setup.algorithms, "availability": setup.availability}[part]
+    for name in path:
+        obj = getattr(obj, name)
+    return obj
+
+
+def _csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _as_text(value):
+    return "none" if value is None else str(value).lower() if isinstance(value, bool) else str(
+        value)
+
+
+@pytest.mark.parametrize("name", OFFLINE)
+def test_every_field_of_every_part_is_a_setting(name, mnist):
+    experiment = experiments.get(name)
+    data = {"data_dir": str(MNIST_DIR)} if "data_dir" in experiment.defaults else {}
+    setup = experiment.setup(experiment.config(data))
+    parts = {**setup.algorithms, "availability": setup.availability}
+    leaves = [leaf for part, obj in parts.items() if dataclasses.is_dataclass(obj)
+              for leaf in _leaves(part, obj)]
+    assert len(leaves) >= 5 * len(setup.algorithms)
+    for key, value in leaves:
+        same = _parts.apply(setup, {key: _as_text(value)})  # the command line's text
+        assert _get(same, key) == value and type(_get(same, key)) is type(value), key
+    # a changed value reaches the part, and only that part
+    first = next(iter(setup.algorithms))
+    key = f"{first}.client_lr"
+    changed = _parts.apply(setup, {key: str(_get(setup, key) * 2)})
+    assert _get(changed, key) == _get(setup, key) * 2
+    assert all(changed.algorithms[o] is setup.algorithms[o] for o in setup.algorithms
+               if o != first)
+
+
+def test_a_wrong_dotted_setting_is_one_line_naming_it(capsys, tmp_path):
+    cases = {
+        "fedavg.client_lr=-1": "setting fedavg.client_lr: client_lr must be a finite number > "
+                               "0, got -1.0",
+        "fedavg.client_lr=abc": "setting fedavg.client_lr must be a finite number > 0, got "
+                                "'abc'",
+        "fedavg.nope=1": "setting fedavg.nope: FedAvg has no field 'nope'; its fields: "
+                         "selection, durations",
+        "fedbuff.history=512": "setting fedbuff.history: no part 'fedbuff'; parts: fedavg, "
+                               "fedlaavg, sequential, availability",
+        "fedavg.local_steps=2.5": "setting fedavg.local_steps: local_steps must be an integer "
+                                  ">= 1, got 2.5",
+        "fedavg.weighting=1": "setting fedavg.weighting: weighting must be",
+        "fedavg.selection.lam=1": "setting fedavg.selection.lam: Uniform has no field 'lam'",
+        "fedavg.=1": "--set fedavg.: a dotted setting names a part and its field",
+    }
+    for pair, words in cases.items():
+        assert cli.main(["run", "--set", pair, "--out", str(tmp_path / "x"), "--dry-run"]) == 2
+        err = capsys.readouterr().err
+        assert words in err and err.count("\n") == 1, (pair, err)
+    assert not (tmp_path / "x").exists()
+    assert cli.main(["run", "--set", "seed=0,1,2", "--dry-run"]) == 2
+    assert "for several seeds trained together: --set seeds=0,1,2" in capsys.readouterr().err
+
+
+def test_every_experiment_takes_seeds_and_sweeps():
+    for name, experiment in experiments.REGISTRY.items():
+        overrides = {"seeds": (0, 1)}
+        if isinstance(experiment, experiments.Sweep):
+            panels = experiments.sweep_settings(experiment, overrides)
+            assert all(experiment.base.config(p)["seeds"] == (0, 1) for p in panels.values())
+        else:
+            assert experiment.config(overrides)["seeds"] == (0, 1), name
+        grid = experiments.with_grid(experiment, {"rounds": [10, 20], "eval_every": [1, 2]})
+        panels = experiments.sweep_settings(grid, overrides)
+        own = len(experiment.settings) if isinstance(experiment, experiments.Sweep) else 1
+        assert len(panels) == 4 * own, name
+        points = sorted({(p["rounds"], p["eval_every"]) for p in panels.values()})
+        assert points == [(10, 1), (10, 2), (20, 1), (20, 2)], name
+
+
+def test_a_sweep_of_a_setting_its_panels_set_is_refused():
+    with pytest.raises(ValueError, match="--sweep E: the panels of fedlaavg-mnist-fig4 set it"):
+        experiments.with_grid(experiments.get("fedlaavg-mnist-fig4"), {"E": [5, 10]})
+    with pytest.raises(ValueError, match="--sweep lr: a value is given twice"):
+        experiments.with_grid(experiments.DEFAULT, {"lr": [0.1, 0.1]})
+
+
+def test_a_sweeps_members_equal_their_separate_runs(tmp_path, capsys):
+    base = ["run", "--set", "rounds=6", "--set", "eval_every=3", "--set",
+            "algorithms=fedavg,fedlaavg", "--no-progress"]
+    assert cli.main([*base, "--sweep", "lr=0.05,0.2", "--sweep", "fedlaavg.local_steps=2,5",
+                     "--out", str(tmp_path / "grid")]) == 0
+    out = capsys.readouterr().out
+    assert "best for fedavg by final_test_accuracy: " in out
+    rows = _csv(tmp_path / "grid" / "metrics.csv")
+    assert {"setting", "lr", "fedlaavg.local_steps"} <= set(rows[0])
+    summary = json.loads((tmp_path / "grid" / "summary.json").read_text())
+    assert len(summary) == 8
+    for algorithm in ("fedavg", "fedlaavg"):
+        scored = [row for row in summary if row["algorithm"] == algorithm]
+        top = max(row["final_test_accuracy"] for row in scored)
+        assert [row["best"] for row in scored] == [
+            row["final_test_accuracy"] == top for row in scored]
+    # fedlaavg's local steps change nothing of fedavg: its best lr wins twice, a tie
+    fedavg = [row for row in summary if row["algorithm"] == "fedavg" and row["best"]]
+    assert len(fedavg) == 2 and fedavg[0]["lr"] == fedavg[1]["lr"]
+    for lr in ("0.05", "0.2"):
+        for steps in ("2", "5"):
+            alone = tmp_path / f"{lr}-{steps}"
+            assert cli.main([*base, "--set", f"lr={lr}", "--set",
+                             f"fedlaavg.local_steps={steps}", "--out", str(alone)]) == 0
+            separate = _csv(alone / "metrics.csv")
+            member = [r for r in rows if r["setting"] == f"lr={lr}, "
+                      f"fedlaavg.local_steps={steps}"]
+            assert len(member) == len(separate) == 6  # 2 algorithms x rounds 0, 3, 6
+            assert {r["lr"] for r in member} == {lr}
+            for mine, theirs in zip(member, separate, strict=True):
+                for column in ("algorithm", "round", "train_loss", "test_accuracy"):
+                    assert mine[column] == theirs[column], (lr, steps, column)
+    capsys.readouterr()
+
+
+def test_seeds_run_together_for_any_experiment_and_report_their_spread(tmp_path):
+    outcome = experiments.run(experiments.DEFAULT, {**SMALL, "algorithms": ("fedavg",),
+                                                    "seeds": (0, 1, 2)}, tmp_path,
+                              progress=False, checkpoint=False)
+    (row,) = outcome.summary
+    finals = [h.rows[-1]["train_loss"] for h in outcome.per_seed["fedavg"]]
+    assert len(set(finals)) == 3  # three different runs
+    np.testing.assert_allclose(row["final_train_loss"], np.mean(finals), rtol=1e-6)
+    np.testing.assert_allclose(row["final_train_loss_std"], np.std(finals), rtol=1e-5)
+    assert row["seeds"] == [0, 1, 2]
+
+
+def test_a_run_never_overwrites_or_resumes_silently(tmp_path, capsys):
+    run = ["run", "--set", "rounds=3", "--set", "eval_every=3", "--set", "algorithms=fedavg",
+           "--no-progress", "--out", str(tmp_path / "o")]
+    assert cli.main([*run, "--resume"]) == 2
+    assert "holds no run to resume" in capsys.readouterr().err
+    assert cli.main(run) == 0
+    first = (tmp_path / "o" / "metrics.csv").read_text()
+    assert cli.main(run) == 2
+    err = capsys.readouterr().err
+    assert "already holds a run's results" in err and "--overwrite" in err
+    assert (tmp_path / "o" / "metrics.csv").read_text() == first
+    assert cli.main([*run, "--resume", "--overwrite"]) == 2
+    assert "choose one" in capsys.readouterr().err
+    assert cli.main([*run, "--overwrite", "--set", "lr=0.1"]) == 0
+    assert (tmp_path / "o" / "metrics.csv").read_text() != first
+    assert cli.main([*run, "--set", "lr=0.1", "--resume"]) == 0  # finished: nothing to redo
+
+
+@pytest.mark.parametrize("best, words", [("nope", "best must be final_test_accuracy"),
+                                         ("time_to=1.5", "with ACC in (0, 1]")])
+def test_a_bad_best_is_refused_before_anything_runs(best, words, capsys):
+    assert cli.main(["run", "--sweep", "lr=0.1,0.2", "--best", best, "--dry-run"]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_time_to_accuracy_picks_the_earliest():
+    score = experiments.criterion("time_to=0.5")
+    fast = History([{"round": 0, "virtual_time": 0.0, "test_accuracy": 0.1},
+                    {"round": 5, "virtual_time": 7.0, "test_accuracy": 0.6}])
+    slow = History([{"round": 0, "virtual_time": 0.0, "test_accuracy": 0.1},
+                    {"round": 5, "virtual_time": 9.0, "test_accuracy": 0.5}])
+    never = History([{"round": 0, "virtual_time": 0.0, "test_accuracy": 0.1}])
+    assert score({}, fast) == -7.0 > score({}, slow) == -9.0
+    assert score({}, never) is None
+
+
+def test_a_fields_meaning_comes_from_its_class_docstring():
+    from fedjax_avail import algorithms
+
+    fedbuff = _parts.field_docs(algorithms.FedBuff)
+    assert fedbuff["history"].startswith("H, the global models kept for stale jobs")  # base's
+    assert fedbuff["buffer_size"] == "K, uploads per server update."  # its own
+    fedavg = _parts.field_docs(algorithms.FedAvg)
+    # a base class's own entry wins over the subclass's entry naming several fields
+    assert fedavg["deadline"].startswith("with durations, the longest a round waits")
+    lines = experiments.part_settings(experiments.DEFAULT.setup(experiments.DEFAULT.config()))
+    at = lines.index("fedavg.client_lr = 0.05")
+    assert lines[at + 1].strip().startswith("a finite number > 0; ")
+
+
+def test_refusals_come_before_the_first_algorithm_trains(tmp_path, capsys, no_compilation):
+    out = str(tmp_path / "o")
+    for words, message in [
+        (["--set", "fedlaavg.clients_per_round=1000"],
+         "fedlaavg: clients_per_round must be in [1, num_clients=100], got 1000"),
+        (["--sweep", "algorithms=fedlaavg,fedavg", "--set", "fedlaavg.local_steps=3"],
+         "setting fedlaavg.local_steps: no part 'fedlaavg'"),  # the second panel's parts
+    ]:
+        assert cli.main(["run", *words, "--out", out, "--no-progress"]) == 2
+        assert message in capsys.readouterr().err
+    assert not list((tmp_path / "o").rglob("*.csv"))
+
+
+def test_a_dotted_setting_the_panels_vary_is_refused(mnist, capsys):
+    data = ["--set", f"data_dir={MNIST_DIR}", "--dry-run"]
+    for name, pair, field in [
+        ("fedlaavg-mnist-fig5-beta", "fedlaavg.clients_per_round=5", "clients_per_round"),
+        ("fedlaavg-mnist-fig4", "availability.period=30", "availability.period"),
+    ]:
+        assert cli.main(["run", name, "--set", pair, *data]) == 2
+        err = capsys.readouterr().err
+        assert f"the panels of {name} set" in err and field in err, err
+    assert cli.main(["run", "fedlaavg-mnist-fig4", "--sweep", "availability.period=30,60",
+                     *data]) == 2
+    assert "set availability.period themselves" in capsys.readouterr().err
+
+
+def test_the_amplitude_window_follows_the_availability_period():
+    experiment = experiments.DEFAULT
+    assert experiment.setup(experiment.config()).window == 2 * 20  # 2E
+    moved = experiment.setup(experiment.config({"availability.period": 7}))
+    assert moved.availability.period == 7 and moved.window == 14
+
+
+def test_overwrite_removes_only_a_runs_files_and_only_once_the_settings_pass(tmp_path,
+                                                                              capsys):
+    out = tmp_path / "o"
+    run = ["run", "--set", "rounds=10", "--set", "eval_every=5", "--set", "algorithms=fedavg",
+           "--no-progress", "--out", str(out), "--checkpoint-every", "5"]
+    assert cli.main(run) == 0
+    before = sorted(p.relative_to(out) for p in out.rglob("*") if p.name != ".lock")
+    assert any(p.parts[0] == "checkpoints" for p in before)
+    assert cli.main([*run, "--overwrite", "--set", "fedavg.client_lr=-1"]) == 2
+    capsys.readouterr()
+    after = sorted(p.relative_to(out) for p in out.rglob("*") if p.name != ".lock")
+    assert after == before  # refused: nothing removed, still resumable
+    finished = (out / "metrics.csv").read_text()
+    assert cli.main([*run, "--resume"]) == 0  # finished: restored, the same rows
+    assert (out / "metrics.csv").read_text() == finished
+    mine = tmp_path / "mine"  # a folder of the user's own, no run's results in it
+    (mine / "tensorboard" / "fedavg").mkdir(parents=True)
+    (mine / "tensorboard" / "fedavg" / "keep.txt").write_text("mine")
+    (mine / "curves_paper.png").write_bytes(b"mine")
+    assert cli.main([*run[:-4], "--out", str(mine), "--overwrite"]) == 0
+    assert (mine / "tensorboard" / "fedavg" / "keep.txt").exists()
+    assert (mine / "curves_paper.png").read_bytes() == b"mine"
+    capsys.readouterr()
+
+
+def test_a_resumed_sweep_checks_every_started_panel_before_compute(tmp_path, capsys):
+    run = ["run", "--set", "rounds=4", "--set", "eval_every=2", "--set", "algorithms=fedavg",
+           "--no-progress", "--out", str(tmp_path / "s")]
+    assert cli.main([*run, "--sweep", "lr=0.05,0.2"]) == 0
+    tables = {name: (tmp_path / "s" / name).read_text()
+              for name in ("metrics.csv", "summary.json")}
+    assert cli.main([*run, "--sweep", "lr=0.01,0.05,0.2", "--set", "local_steps=5",
+                     "--resume"]) == 2
+    assert "different settings: local_steps" in capsys.readouterr().err
+    assert not (tmp_path / "s" / "lr_0.01").exists()  # nothing trained
+    assert all((tmp_path / "s" / name).read_text() == text for name, text in tables.items())
+    assert cli.main([*run, "--sweep", "lr=0.01,0.05,0.2", "--resume"]) == 0  # a new point
+    rows = _csv(tmp_path / "s" / "metrics.csv")
+    assert [r["lr"] for r in rows if r["round"] == "0"] == ["0.01", "0.05", "0.2"]
+    capsys.readouterr()
+
+
+def test_the_resume_command_of_an_interrupted_sweep_repeats_the_sweep(monkeypatch, capsys,
+                                                                       tmp_path):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(experiments, "run_sweep", interrupted)
+    assert cli.main(["run", "--sweep", "lr=0.05,0.2", "--sweep", "E=5,10", "--best",
+                     "final_train_loss", "--out", str(tmp_path / "s")]) == 130
+    command = capsys.readouterr().err.strip().splitlines()[-1].strip()
+    assert command == (f"fedjax-avail run digits-diurnal --sweep lr=0.05,0.2 --sweep E=5,10 "
+                       f"--best final_train_loss --out {tmp_path / 's'} --resume")
+
+
+def test_compare_tells_a_sweeps_settings_apart_among_several_runs(tmp_path):
+    rows = [{"setting": f"lr={lr}", "lr": lr, "algorithm": "fedavg", "round": r,
+             "train_loss": lr * (r + 1)} for lr in (0.1, 0.2) for r in range(3)]
+    (tmp_path / "s").mkdir()
+    History(rows).to_csv(tmp_path / "s" / "metrics.csv")
+    (tmp_path / "p").mkdir()
+    History([{"algorithm": "fedavg", "round": r, "train_loss": 1.0} for r in range(3)]).to_csv(
+        tmp_path / "p" / "metrics.csv")
+    figure = experiments.compare_runs([tmp_path / "s", tmp_path / "p"], tmp_path / "c.png")
+    styles = [(line.get_label(), line.get_color(), line.get_linestyle())
+              for line in figure.axes[0].get_lines()]
+    assert len({(colour, style) for _, colour, style in styles}) == 3, styles
