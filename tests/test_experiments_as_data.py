@@ -316,3 +316,12 @@ def test_compare_tells_a_sweeps_settings_apart_among_several_runs(tmp_path):
     styles = [(line.get_label(), line.get_color(), line.get_linestyle())
               for line in figure.axes[0].get_lines()]
     assert len({(colour, style) for _, colour, style in styles}) == 3, styles
+
+
+def test_run_help_lists_the_parts_fields_or_says_why_not(capsys, monkeypatch):
+    assert cli.main(["run", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "#   fedavg.client_lr = 0.05" in out and "#   availability.period = 20" in out
+    monkeypatch.delenv("FEDJAX_AVAIL_MNIST_DIR", raising=False)
+    assert cli.main(["run", "async-mnist", "--help"]) == 0
+    assert "listed once its data loads: MNIST" in capsys.readouterr().out
