@@ -325,3 +325,13 @@ def test_run_help_lists_the_parts_fields_or_says_why_not(capsys, monkeypatch):
     monkeypatch.delenv("FEDJAX_AVAIL_MNIST_DIR", raising=False)
     assert cli.main(["run", "async-mnist", "--help"]) == 0
     assert "listed once its data loads: MNIST" in capsys.readouterr().out
+
+
+def test_the_best_lines_name_each_algorithms_best_or_say_there_is_none():
+    rows = [{"algorithm": "fedavg", "setting": "lr=0.1", "best": False, "score": None},
+            {"algorithm": "sequential", "setting": "lr=0.1", "best": True, "score": -5.0},
+            {"algorithm": "sequential", "setting": "lr=0.2", "best": True, "score": -5.0}]
+    assert experiments.best_lines(rows, "time_to=0.9") == [
+        "best for fedavg by time_to=0.9: none (no point reached the target)",
+        "best for sequential by time_to=0.9: lr=0.1 (5)",
+        "best for sequential by time_to=0.9: lr=0.2 (5)"]

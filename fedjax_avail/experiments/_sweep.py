@@ -312,14 +312,18 @@ def _seeds(outcome: RunOutcome) -> list[int] | None:
 
 
 def best_lines(summary: list[dict[str, Any]], best: str) -> list[str]:
-    """One line per algorithm naming its best panel, e.g. ``best for fedavg by
-    final_test_accuracy: lr=0.1 (0.9312)``."""
+    """One line per algorithm and best panel (ties: one each), e.g. ``best for fedavg by
+    final_test_accuracy: lr=0.1 (0.9312)``; an algorithm with none (no panel reached the
+    ``time_to`` target, or none finished) gets a line saying so."""
     lines = []
-    for row in summary:
-        if row.get("best"):
+    for name in dict.fromkeys(row["algorithm"] for row in summary):
+        top = [row for row in summary if row["algorithm"] == name and row.get("best")]
+        if not top:
+            lines.append(f"best for {name} by {best}: none (no point "
+                         f"{'reached the target' if best.startswith('time_to') else 'finished'})")
+        for row in top:
             shown = abs(row["score"]) if best != "final_test_accuracy" else row["score"]
-            lines.append(f"best for {row['algorithm']} by {best}: {row['setting']} "
-                         f"({shown:.4g})")
+            lines.append(f"best for {name} by {best}: {row['setting']} ({shown:.4g})")
     return lines
 
 
