@@ -59,7 +59,7 @@ def _setting(experiment, key: str, value: Any, defaults: dict, source: str) -> A
     if key not in defaults:
         raise UserError(f"{experiment.name} has no setting {key!r} ({source}); settings: "
                         f"{', '.join(sorted(defaults))}; or a part's field by a dotted name "
-                        "(fedavg.client_lr, availability.period; run NAME --help lists them)")
+                        "(fedavg.client_lr, availability.period; --dry-run lists them)")
     if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
         if optional(defaults, key):
             return None
@@ -176,7 +176,7 @@ def _describe(experiment) -> str:
         "Every field of every part is also a setting, by a dotted name: "
         "ALGORITHM.FIELD for each algorithm run (fedavg.client_lr, fedbuff.history, "
         "fedavg.selection.lam, fedbuff.durations.sigma) and availability.FIELD; "
-        "`fedjax-avail run NAME --help` lists them with their values. Any setting may "
+        "`fedjax-avail run NAME --dry-run` lists them with their values. Any setting may "
         "be swept: --sweep KEY=V1,V2 (repeatable: a grid); --set seeds=0,1,2 trains seeds "
         "together (mean and std in the summary).", 96, initial_indent="# ",
         subsequent_indent="# ")
@@ -198,21 +198,6 @@ def _explain(experiment, key: str) -> list[str]:
         each = "any of" if isinstance(_defaults(experiment)[key], tuple) else "one of"
         text += f"; {each}: {', '.join(choices)}"
     return textwrap.wrap(text, 96, initial_indent="# ", subsequent_indent="#   ")
-
-
-def _part_fields(experiment) -> str:
-    """The dotted settings of the experiment's parts under its defaults, as TOML comments; the
-    parts are built from its data, so where that is missing, a line saying so."""
-    base = experiment.base if isinstance(experiment, experiments.Sweep) else experiment
-    first = next(iter(experiments.sweep_settings(experiment).values())) if isinstance(
-        experiment, experiments.Sweep) else {}
-    try:
-        lines = experiments.part_settings(base.setup(base.config(first)))
-    except (OSError, ValueError, ImportError) as error:  # e.g. data not there
-        return (f"# the parts' fields (dotted settings) are listed once its data loads: "
-                f"{str(error).splitlines()[0][:120]}")
-    return "\n".join(["# the parts' fields, each a setting by its dotted name (--set, --sweep, "
-                      "or a [part] table in --config):", *(f"#   {line}" for line in lines)])
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -323,7 +308,6 @@ def _run(args) -> int:
     if args.help:
         print(args.usage())
         print(_describe(experiment))
-        print(_part_fields(experiment))
         return 0
     overrides = _overrides(experiment, args.settings, args.config)
     if args.sweeps:
