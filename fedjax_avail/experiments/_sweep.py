@@ -214,18 +214,17 @@ def _check_parts(sweep: Sweep, panels: Mapping[str, Mapping[str, Any]]) -> None:
                            if _parts.is_dotted(k))
     if not dotted:
         return
-    leaves: list[dict[str, Any]] = []  # the parts' fields of each distinct panel, undotted
-    done: set[str] = set()
+    groups: dict[str, list[dict[str, Any]]] = {}  # panels by their undotted configuration
     for config in configs.values():
         plain = {k: v for k, v in config.items() if not _parts.is_dotted(k)}
-        built = sweep.base.build(dict(plain))
-        setup = _parts.apply(built, config)
-        seeds = list(config["seeds"]) if config.get("seeds") else [config["seed"]]
-        check_algorithms(setup, config, seeds)
-        key = json.dumps(plain, sort_keys=True, default=str)
-        if key not in done:
-            done.add(key)
-            leaves.append(_parts.leaf_values(built))
+        groups.setdefault(json.dumps(plain, sort_keys=True, default=str), []).append(config)
+    leaves = []  # each group's parts built once (and let go before the next is built)
+    for group in groups.values():
+        built = sweep.base.build({k: v for k, v in group[0].items() if not _parts.is_dotted(k)})
+        for config in group:
+            seeds = list(config["seeds"]) if config.get("seeds") else [config["seed"]]
+            check_algorithms(_parts.apply(built, config), config, seeds)
+        leaves.append(_parts.leaf_values(built))
     varied = {path for path in leaves[0] if any(
         not _same(other.get(path), leaves[0][path]) for other in leaves[1:])}
     for key in dotted:
