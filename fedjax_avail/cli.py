@@ -225,6 +225,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--best", default="final_test_accuracy", metavar="CRITERION",
                      help="a sweep's best value: final_test_accuracy (default), "
                           "final_train_loss, or time_to=ACC (least virtual time to ACC)")
+    run.add_argument("--separate-programs", action="store_true",
+                     help="a sweep: run every point as its own program (by default the points "
+                          "that differ only in real-valued settings share one, on the runs "
+                          "axis)")
     run.add_argument("--resume", action="store_true",
                      help="continue an interrupted run from the checkpoints in --out")
     run.add_argument("--overwrite", action="store_true",
@@ -316,7 +320,8 @@ def _run(args) -> int:
     if args.checkpoint_seconds is not None:  # named as the flag, before a dry run
         check_value("--checkpoint-seconds", args.checkpoint_seconds, NonNegative)
     if args.dry_run:
-        return _dry_run(experiment, overrides, _planned_mesh(args.devices))
+        return _dry_run(experiment, overrides, _planned_mesh(args.devices),
+                        together=not args.separate_programs)
     out_dir = args.out or Path("runs") / experiment.name
     if not args.no_compilation_cache:
         enable_compilation_cache()
@@ -330,7 +335,7 @@ def _run(args) -> int:
     try:
         if isinstance(experiment, experiments.Sweep):
             outcomes = experiments.run_sweep(experiment, overrides, out_dir, best=args.best,
-                                             **options)
+                                             together=not args.separate_programs, **options)
         else:
             outcomes = {"": experiments.run(experiment, overrides, out_dir, **options)}
     except KeyboardInterrupt as interrupted:  # fa.Interrupted, or Ctrl-C between algorithms
@@ -338,7 +343,8 @@ def _run(args) -> int:
             a for pair in args.settings for a in ("--set", pair)),
             *(["--config", str(args.config)] if args.config else []),
             *(a for pair in args.sweeps for a in ("--sweep", pair)),
-            *(["--best", args.best] if args.sweeps else []), "--out", str(out_dir),
+            *(["--best", args.best] if args.sweeps else []),
+            *(["--separate-programs"] if args.separate_programs else []), "--out", str(out_dir),
             "--resume"]
         what = interrupted if isinstance(interrupted, Interrupted) else "interrupted"
         how = ("run it again with --overwrite to start afresh (--no-checkpoint: nothing to "
@@ -416,29 +422,33 @@ def _planned_mesh(devices: int | None):
     return _mesh(devices)
 
 
-def _dry_run(experiment, overrides: dict, mesh=None) -> int:
+def _dry_run(experiment, overrides: dict, mesh=None, together: bool = True) -> int:
     """Prints what a run would do (over ``mesh``'s devices) after every check it makes before
     compute."""
     from fedjax_avail.memory import format_bytes
 
     if isinstance(experiment, experiments.Sweep):
         panels = experiments.sweep_settings(experiment, overrides)
-        plans = {label: experiments.plan(experiment.base, panel, mesh)
-                 for label, panel in panels.items()}
+        groups = (experiments.programs(experiment, panels) if together
+                  else [[label] for label in panels])
+        plans = [(group, experiments.plan(experiment.base, panels[group[0]], mesh,
+                                          points=len(group))) for group in groups]
         base, first = experiment.base, next(iter(panels.values()))
     else:
-        plans = {"": experiments.plan(experiment, overrides, mesh)}
+        plans = [([], experiments.plan(experiment, overrides, mesh))]
         base, first = experiment, overrides
     print("the parts' fields (set any with --set or --sweep by its dotted name):")
     for line in experiments.part_settings(base.setup(base.config(first))):
         print(f"  {line}")
-    for label, rows in plans.items():
-        if label:
-            print(f"== {label}")
+    for group, rows in plans:
+        if group:  # a sweep's program: its points share one runs axis
+            print(f"== {' + '.join(group)}")
+        points = len(group)
         for row in rows:
             seeds = row["seeds"]
             print(f"{row['algorithm']:24s} {row['rounds']:>7d} rounds, "
-                  f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}, "
+                  f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}"
+                  f"{f' x {points} points in one program' if points > 1 else ''}, "
                   f"estimated device memory {format_bytes(row['estimated_bytes'])}")
     print(f"dry run: {experiment.name} with {overrides or 'its defaults'} passes every check")
     return 0

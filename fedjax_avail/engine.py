@@ -204,13 +204,13 @@ def simulate(
         (:func:`fedjax_avail.runs.runs_layout`): ``"vmap"`` batches them into every
         operation (accelerators: S runs in about one's time); ``"loop"`` compiles one run's
         program once and runs each run's chunk of rounds with it, one run a CPU core at once
-        (:func:`fedjax_avail.runs.loop_workers`; each run's model and ``round_metrics`` then
-        equal its separate run's bit for bit; no mesh); ``"map"`` runs
+        (:func:`fedjax_avail.runs.loop_workers`), and evaluates each run's model with one
+        run's evaluation program: each run's model, ``round_metrics`` and ``history`` then
+        equal its separate run's bit for bit (no mesh); ``"map"`` runs
         them one after the other inside each compiled round (a ``lax.map``); ``"auto"``
         (default): ``"loop"`` on a CPU, ``"map"`` on a CPU with a mesh, ``"vmap"`` on
-        accelerators. Evaluation is batched over the runs in every layout, so ``history``
-        equals a separate run's up to float reordering (README), as do the models of
-        ``"vmap"`` and ``"map"``.
+        accelerators. ``"vmap"`` and ``"map"`` evaluate the runs batched, so their ``history``
+        and models equal a separate run's up to float reordering (README).
       progress: show progress: rounds/s and ETA from the round time (compile excluded), the
         training loss; a bar on a terminal, a line every 30 s otherwise.
       desc: the progress bar's label.
@@ -267,7 +267,7 @@ def simulate(
                  StallGuard(slot_length), *([checkpointing] if checkpointing else [])]
         # restored (and verified) before anything is compiled: a refused resume costs nothing
         restored = checkpointing.restore(run, plan.settings) if checkpointing else False
-        evaluation.bind(task, plan.placement.data, plan.runs.several, plan.mesh)
+        evaluation.bind(task, plan.placement.data, plan.runs.several, plan.mesh, plan.layout)
         _loop(run, RoundProgram(plan), hooks, fresh=not restored)
     results = run.results()
     _warn(results, plan.runs.algorithms)

@@ -21,26 +21,38 @@ class Evaluator:
 
     The data set is an argument of the compiled function, not a constant baked into it, so an
     evaluator over the training data reads the very device buffers the rounds train on: the
-    data is held once. ``compile(params)`` compiles ahead of time (so compile time can be
-    reported apart); calling compiles on first use otherwise. ``fn`` is a ``jax.jit`` of
-    ``(params, arrays) -> values``: evaluators built from one jitted function (one task, the
-    same layout: :func:`_shared`) share its traced, lowered and compiled program.
+    data is held once. ``one_at_a_time``: ``fn`` is a single model's, and a stack of models
+    ``[S, ...]`` is evaluated one model at a time (the runs axis's ``"loop"`` layout: each run's
+    metrics are bit for bit its separate run's). ``compile(params)`` compiles ahead of time
+    (so compile time can be reported apart); calling compiles on first use otherwise. ``fn``
+    is a ``jax.jit`` of ``(params, arrays) -> values``: evaluators built from one jitted
+    function (one task, the same layout: :func:`_shared`) share its traced, lowered and
+    compiled program.
     """
 
-    def __init__(self, fn: Any, arrays: Any):
+    def __init__(self, fn: Any, arrays: Any, one_at_a_time: bool = False):
         self._fn, self._arrays, self._compiled = fn, arrays, None
+        self._one_at_a_time = one_at_a_time
 
     def compile(self, params: Any) -> None:
+        if self._one_at_a_time:
+            params = jax.tree.map(lambda a: a[0], params)
         self._compiled = self._fn.lower(params, self._arrays).compile()
 
     def __call__(self, params: Any) -> dict[str, jax.Array]:
         if self._compiled is None:
             self.compile(params)
-        return self._compiled(params, self._arrays)
+        if not self._one_at_a_time:
+            return self._compiled(params, self._arrays)
+        count = len(jax.tree.leaves(params)[0])
+        values = [self._compiled(jax.tree.map(lambda a, i=i: a[i], params), self._arrays)
+                  for i in range(count)]
+        return jax.tree.map(lambda *v: jnp.stack(v), *values)
 
 
 def make_evaluator(
-    task: Task, arrays: Mapping[str, Any], batch_size: int = 4096, runs: bool = False
+    task: Task, arrays: Mapping[str, Any], batch_size: int = 4096, runs: bool = False,
+    layout: str = "vmap",
 ) -> Evaluator:
     """Returns an :class:`Evaluator` of example means of loss and metrics over ``arrays``.
 
@@ -55,11 +67,15 @@ def make_evaluator(
         arrays are put on the device once, device arrays are used as they are.
       batch_size: examples per block (memory knob), >= 1.
       runs: evaluate stacked models ``[S, ...]`` (every value then has a leading runs axis).
+      layout: the runs axis's layout (:func:`fedjax_avail.runs.runs_layout`): ``"loop"``
+        evaluates the models one at a time with the single model's program, the others in
+        one program over the stack.
     """
     arrays = {k: v if isinstance(v, jax.Array) else jnp.asarray(v) for k, v in arrays.items()}
     size = len(next(iter(arrays.values())))
-    fn = _shared(task, _example_means, size, min(batch_size, size), runs)
-    return Evaluator(fn, dict(arrays))
+    alone = runs and layout == "loop"
+    fn = _shared(task, _example_means, size, min(batch_size, size), runs and not alone)
+    return Evaluator(fn, dict(arrays), one_at_a_time=alone)
 
 
 def _jitted(fn: Callable[..., Any], runs: bool) -> Any:
@@ -123,7 +139,7 @@ def _example_means(loss: Callable[..., Any], metrics: Callable[..., Any] | None,
 
 
 def make_client_evaluator(task: Task, data: Any, batch_size: int = 4096,
-                          runs: bool = False) -> Evaluator:
+                          runs: bool = False, layout: str = "vmap") -> Evaluator:
     """An :class:`Evaluator` of each client's example means: ``{"loss": [N], **metrics}``.
 
     Per-example values (the task's batch means on batches of one example, vmapped) are summed
@@ -134,6 +150,7 @@ def make_client_evaluator(task: Task, data: Any, batch_size: int = 4096,
       task: the task.
       data: a ``FederatedData`` of each client's evaluation examples (e.g. its test split).
       batch_size: rows per block.
+      runs, layout: as :func:`make_evaluator`'s.
     """
     counts = np.asarray(data.counts)
     arrays = {k: v if isinstance(v, jax.Array) else jnp.asarray(v) for k, v in data.arrays.items()}
@@ -146,8 +163,10 @@ def make_client_evaluator(task: Task, data: Any, batch_size: int = 4096,
         (np.repeat(np.arange(len(counts)), counts).astype(np.int32), counts.astype(np.float32)),
         sharding if spread else None)
     size, num_clients = len(owner), len(counts)
-    fn = _shared(task, _client_means, size, min(batch_size, size), num_clients, runs)
-    return Evaluator(fn, (arrays, owner, denominators))
+    alone = runs and layout == "loop"
+    fn = _shared(task, _client_means, size, min(batch_size, size), num_clients,
+                 runs and not alone)
+    return Evaluator(fn, (arrays, owner, denominators), one_at_a_time=alone)
 
 
 def _client_means(loss: Callable[..., Any], metrics: Callable[..., Any] | None, size: int,
@@ -201,6 +220,7 @@ class Evaluators:
       train_examples: evaluate training metrics on this many evenly spaced examples
         (rows ``round(i M / n)``, every client's share in proportion; None: all).
       runs: models have a leading runs axis.
+      layout: the runs axis's layout (:func:`make_evaluator`).
       mesh: ``simulate``'s device mesh: the test examples are put on its devices once (a copy
         on each, as the models), not sent to them at every evaluation; None: the default
         device.
@@ -208,7 +228,8 @@ class Evaluators:
 
     def __init__(self, task: Task, train: Any, test_arrays: Mapping[str, Any] | None,
                  test_data: FederatedData | Mapping[str, Any] | None,
-                 batch_size: int, train_examples: int | None, runs: bool, mesh: Any = None):
+                 batch_size: int, train_examples: int | None, runs: bool, mesh: Any = None,
+                 layout: str = "vmap"):
         if test_arrays is not None:  # once, for both evaluators of a FederatedData test set
             test_arrays = jax.device_put(dict(test_arrays), None if mesh is None else (
                 jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())))
@@ -218,12 +239,12 @@ class Evaluators:
         if train_examples is not None and train_examples < total:
             rows = (np.arange(train_examples) * total) // train_examples
             arrays = {k: v[rows] for k, v in arrays.items()}
-        self.splits = {"train": make_evaluator(task, arrays, batch_size, runs)}
+        self.splits = {"train": make_evaluator(task, arrays, batch_size, runs, layout)}
         if test_arrays is not None:
-            self.splits["test"] = make_evaluator(task, test_arrays, batch_size, runs)
+            self.splits["test"] = make_evaluator(task, test_arrays, batch_size, runs, layout)
         self.per_client = None  # each client's own test split: fairness at every evaluation
         if isinstance(test_data, FederatedData) and task.metrics is not None:
-            self.per_client = make_client_evaluator(task, test_data, batch_size, runs)
+            self.per_client = make_client_evaluator(task, test_data, batch_size, runs, layout)
 
     def compile(self, params: Any) -> None:
         for evaluator in [*self.splits.values(), *([self.per_client] if self.per_client else [])]:

@@ -247,9 +247,11 @@ class RoundProgram:
         healthy = np.atleast_1d(to_host(jax.jit(check)(run.carry[0])))
         if not healthy.all():
             bad = int(np.argmin(healthy))
+            for i in np.flatnonzero(~healthy.astype(bool)):
+                run.diverged[i] = 0
             run.stop("diverged", lambda: DivergenceError(
                 f"{run.label(bad)}the state prepared before round 0 (e.g. DivFL's gradients of "
                 "all clients) holds NaN/Inf: a client's gradient or loss at the initial model is "
                 "not finite (check the model and the data); the run stopped in round 0. "
-                "Error.result holds the history so far.", run.result(), 0))
+                "Error.result holds the history so far.", run.result(), 0, run.diverged))
             raise run.error

@@ -48,23 +48,28 @@ class Result:
 
 class DivergenceError(RuntimeError):
     """The run produced a NaN or Inf; ``.result`` holds everything recorded up to that point
-    and ``.round`` is the round in which it happened (0: the initial model)."""
+    and ``.round`` is the round in which it happened (0: the initial model); ``.rounds``, per
+    run, the round it diverged in, else None (one entry with one run)."""
 
-    def __init__(self, message: str, result: Result | list[Result], round_index: int):
+    def __init__(self, message: str, result: Result | list[Result], round_index: int,
+                 rounds: list[int | None] | None = None):
         super().__init__(message)
         self.result, self.round = result, round_index
+        self.rounds = list(rounds) if rounds is not None else [round_index]
 
 
 class StalledError(RuntimeError):
     """An asynchronous update could not gather its K results: the availability process will
     bring no client back (a trace played once has ended), or none came back for a long wait.
     ``.result`` holds everything recorded; ``.round`` is the first update that could not be made
-    and ``.virtual_time`` the time the run stood still at."""
+    and ``.virtual_time`` the time the run stood still at; ``.rounds``, per run, the update it
+    stalled at, else None (one entry with one run)."""
 
     def __init__(self, message: str, result: Result | list[Result], round_index: int,
-                 virtual_time: float):
+                 virtual_time: float, rounds: list[int | None] | None = None):
         super().__init__(message)
         self.result, self.round, self.virtual_time = result, round_index, virtual_time
+        self.rounds = list(rounds) if rounds is not None else [round_index]
 
 
 class Interrupted(KeyboardInterrupt):

@@ -83,7 +83,8 @@ def runs_of(seed: Any, algorithm: Any, availability: Any) -> Runs:
     return Runs(each(seed), each(algorithm), each(availability), count is not None)
 
 
-def _same(a: Any, b: Any) -> bool:
+def same(a: Any, b: Any) -> bool:
+    """Whether two field values are equal (arrays by their contents)."""
     try:
         return bool(np.array_equal(np.asarray(a), np.asarray(b))) if (
             isinstance(a, np.ndarray) or isinstance(b, np.ndarray)) else a == b
@@ -106,7 +107,7 @@ def _differing(objects: Sequence[Any]) -> dict[str, list[Any]]:
     out = {}
     for field in dataclasses.fields(objects[0]):
         values = [getattr(obj, field.name) for obj in objects]
-        if not all(_same(values[0], v) for v in values[1:]):
+        if not all(same(values[0], v) for v in values[1:]):
             out[field.name] = values
     return out
 

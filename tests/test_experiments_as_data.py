@@ -333,3 +333,108 @@ def test_the_best_lines_name_each_algorithms_best_or_say_there_is_none():
         "best for fedavg by time_to=0.9: none (no point reached the target)",
         "best for sequential by time_to=0.9: lr=0.1 (5)",
         "best for sequential by time_to=0.9: lr=0.2 (5)"]
+
+
+def test_real_valued_points_of_a_sweep_share_one_program(tmp_path, monkeypatch):
+    grid = experiments.with_grid(experiments.DEFAULT, {"lr": [0.05, 0.2],
+                                                      "fedlaavg.local_steps": [2, 5]})
+    groups = experiments.programs(grid, experiments.sweep_settings(grid, SMALL))
+    assert groups == [["lr=0.05, fedlaavg.local_steps=2", "lr=0.2, fedlaavg.local_steps=2"],
+                      ["lr=0.05, fedlaavg.local_steps=5", "lr=0.2, fedlaavg.local_steps=5"]]
+    # an integer of the availability process is a program of its own, a real field is not
+    grid = experiments.with_grid(experiments.DEFAULT, {"E": [5, 10], "fedavg.mu": [0.0, 1.0]})
+    assert [len(g) for g in experiments.programs(grid, experiments.sweep_settings(grid, {}))
+            ] == [2, 2]
+    # one simulate call per algorithm for three learning rates; each point as its own run
+    calls = []
+    simulate = experiments._experiment.simulate
+    monkeypatch.setattr(experiments._experiment, "simulate",
+                        lambda *a, **k: calls.append(k["seed"]) or simulate(*a, **k))
+    settings = {**SMALL, "algorithms": ("fedavg",)}
+    grid = experiments.with_grid(experiments.DEFAULT, {"lr": [0.02, 0.2],
+                                                      "fedavg.mu": [0.0, 0.5]})
+    together = experiments.run_sweep(grid, settings, tmp_path / "t", progress=False)
+    assert calls == [[0, 0, 0, 0]]
+    experiments.run_sweep(grid, settings, tmp_path / "s", progress=False, together=False)
+    assert calls[1:] == [0, 0, 0, 0]
+    assert _csv(tmp_path / "t" / "metrics.csv") == _csv(tmp_path / "s" / "metrics.csv")
+    for label in together:
+        folder = label.replace("=", "_").replace(", ", "__")
+        assert (_csv(tmp_path / "t" / folder / "metrics.csv")
+                == _csv(tmp_path / "s" / folder / "metrics.csv")), label
+    seconds = {o.summary[0]["compile_seconds"] for o in together.values()}
+    assert len(seconds) == 1  # one compilation, the program's
+
+
+def test_points_that_cannot_share_a_program_are_refused_naming_why(mnist):
+    with pytest.raises(ValueError, match=r"cannot share one compiled program: setting "
+                                         r"local_steps differs \(2, 5\)"):
+        experiments.run_together(experiments.DEFAULT, [{"local_steps": 2}, {"local_steps": 5}],
+                                 [None, None], progress=False)
+    # a real-valued setting that feeds a field one program cannot vary: the job durations
+    points = [{"speed_sigma": s, "data_dir": str(MNIST_DIR)} for s in (0.5, 1.0)]
+    with pytest.raises(ValueError, match="fedavg: algorithm runs differ in durations"):
+        experiments.run_together(experiments.get("async-mnist"), points, [None, None],
+                                 progress=False)
+    grid = experiments.with_grid(experiments.get("async-mnist"), {"speed_sigma": [0.5, 1.0],
+                                                                 "p_on": [0.05, 0.1]})
+    panels = experiments.sweep_settings(grid, {"data_dir": str(MNIST_DIR)})
+    assert [[panels[label]["speed_sigma"] for label in group]
+            for group in experiments.programs(grid, panels)] == [[0.5, 0.5], [1.0, 1.0]]
+
+
+def test_a_diverging_point_of_a_shared_program_ends_as_its_own_run(tmp_path):
+    # lr = 3e38 overflows the model in round 0; the other point trains on, as it would alone
+    settings = {"rounds": 10, "eval_every": 5, "algorithms": ("fedavg",)}
+    grid = experiments.with_grid(experiments.DEFAULT, {"lr": [0.05, 3e38]})
+    outcomes = experiments.run_sweep(grid, settings, tmp_path / "t", progress=False)
+    ok, bad = (outcomes[label].summary[0] for label in ("lr=0.05", "lr=3e+38"))
+    assert ok["status"] == "ok" and ok["rounds_done"] == 10
+    alone = experiments.run(experiments.DEFAULT, {**settings, "lr": 3e38}, tmp_path / "a",
+                            progress=False)
+    mine = alone.summary[0]
+    assert bad["status"].startswith("diverged: ") and mine["status"].startswith("diverged: ")
+    assert bad["stopped_at_round"] == mine["stopped_at_round"] == 0
+    assert (_csv(tmp_path / "t" / "lr_3e_38" / "metrics.csv")
+            == _csv(tmp_path / "a" / "metrics.csv"))
+
+
+def test_a_shared_program_resumes_as_it_started(tmp_path, capsys):
+    base = ["run", "--set", "algorithms=fedavg", "--set", "eval_every=3", "--no-progress",
+            "--sweep", "lr=0.05,0.2"]
+    assert cli.main([*base, "--set", "rounds=3", "--out", str(tmp_path / "r")]) == 0
+    assert cli.main([*base, "--set", "rounds=6", "--out", str(tmp_path / "r"),
+                     "--resume"]) == 0  # more rounds: both points continue from round 3
+    assert cli.main([*base, "--set", "rounds=6", "--out", str(tmp_path / "f")]) == 0
+    for point in ("lr_0.05", "lr_0.2"):
+        assert (_csv(tmp_path / "r" / point / "metrics.csv")
+                == _csv(tmp_path / "f" / point / "metrics.csv"))
+    # resumed as it started, whatever --separate-programs says; a new point runs on its own
+    assert cli.main([*base[:-1], "lr=0.05,0.2,0.5", "--set", "rounds=9", "--out",
+                     str(tmp_path / "r"), "--resume", "--separate-programs"]) == 0
+    settings = json.loads((tmp_path / "r" / "lr_0.05" / "checkpoints" / "settings.json"
+                           ).read_text())
+    assert settings["program"] == ["lr_0.05", "lr_0.2"]
+    assert "program" not in json.loads((tmp_path / "r" / "lr_0.5" / "checkpoints" /
+                                        "settings.json").read_text())
+    capsys.readouterr()
+    (tmp_path / "r" / "lr_0.2" / "checkpoints" / "settings.json").unlink()
+    assert cli.main([*base, "--set", "rounds=9", "--out", str(tmp_path / "r"), "--resume"]
+                    ) == 2
+    assert "run as one program, but only lr=0.05 started" in capsys.readouterr().err
+
+
+def test_a_stalled_point_is_recorded_and_the_others_run_on(mnist, tmp_path):
+    # p_on ~ 0, p_off = 1: no client is ever available, FedBuff's first update never comes
+    settings = {"algorithms": ("fedbuff",), "num_clients": 20, "rounds": 6, "eval_every": 3,
+                "p_off": 1.0, "clients_per_round": 2, "concurrency": 4, "data_dir": str(MNIST_DIR)}
+    grid = experiments.with_grid(experiments.get("async-mnist"), {"p_on": [1e-9, 0.5]})
+    outcomes = experiments.run_sweep(grid, settings, tmp_path / "t", progress=False)
+    stalled, ok = (outcomes[label].summary[0] for label in ("p_on=1e-09", "p_on=0.5"))
+    assert stalled["status"].startswith("stalled: ") and stalled["stopped_at_round"] == 0
+    assert ok["status"] == "ok" and ok["rounds_done"] == 6
+    alone = experiments.run(experiments.get("async-mnist"), {**settings, "p_on": 1e-9},
+                            tmp_path / "a", progress=False).summary[0]
+    assert alone["status"].startswith("stalled: the asynchronous run stalled: update 0")
+    assert (_csv(tmp_path / "t" / "p_on_1e-09" / "metrics.csv")
+            == _csv(tmp_path / "a" / "metrics.csv"))

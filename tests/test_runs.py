@@ -101,8 +101,9 @@ def test_each_runs_layout_gives_every_run_its_separate_result(setting, layout,
                                           alone.round_metrics["num_available"])
             np.testing.assert_allclose(result.history["train_loss"],
                                        alone.history["train_loss"], rtol=1e-5)
-            if layout == "loop":  # the very program of a single run: bit for bit
+            if layout == "loop":  # the very programs of a single run: bit for bit
                 np.testing.assert_array_equal(_flat(result.params), _flat(alone.params))
+                assert result.history.rows == alone.history.rows  # evaluated alone too
                 for name, values in alone.round_metrics.items():
                     np.testing.assert_array_equal(result.round_metrics[name], values)
 

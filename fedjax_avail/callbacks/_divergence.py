@@ -13,7 +13,7 @@ from fedjax_avail.run import Run
 
 def _error(run: Run, message: str, round_index: int) -> DivergenceError:
     return DivergenceError(f"{message}. Error.result holds the history so far.", run.result(),
-                           round_index)
+                           round_index, run.diverged)
 
 
 class DivergenceGuard(Callback):

@@ -79,10 +79,12 @@ class Evaluation(Callback):
         return {"eval_every": self.every, "test_data": self.test_arrays,
                 "train_eval_examples": self.train_examples, "eval_batch_size": self.batch_size}
 
-    def bind(self, task: Task, train: FederatedData, runs: bool, mesh: Any = None) -> None:
-        """Builds the evaluators over ``train`` (the data as placed on the devices)."""
+    def bind(self, task: Task, train: FederatedData, runs: bool, mesh: Any = None,
+             layout: str = "vmap") -> None:
+        """Builds the evaluators over ``train`` (the data as placed on the devices), for the
+        runs axis's ``layout`` when ``runs``."""
         self._evaluators = Evaluators(task, train, self.test_arrays, self.test_data,
-                                      self.batch_size, self.train_examples, runs, mesh)
+                                      self.batch_size, self.train_examples, runs, mesh, layout)
 
     def on_run_start(self, run: Run) -> None:
         # A resumed run drops the rows off this cadence (a shorter run's last round, a stop):

@@ -19,10 +19,17 @@ from fedjax_avail.callbacks._callback import Callback
 from fedjax_avail.run import Run
 
 
-def run_names(run: Run) -> list[dict[str, Any]]:
-    """What tells each run's rows apart: ``{"seed": s}`` with several runs, or ``{"run": i,
-    "seed": s}`` when runs share a seed (hyperparameter values in one program); one run:
-    nothing."""
+def run_names(run: Run, runs: Mapping[int, Mapping[str, Any]] | None = None
+              ) -> dict[int, dict[str, Any]]:
+    """Run index -> what tells its rows apart: ``{"seed": s}`` with several runs, or ``{"run":
+    i, "seed": s}`` when runs share a seed (hyperparameter values in one program); one run:
+    nothing. ``runs``: only these runs, with these names (an output's ``runs``)."""
+    if runs is not None:
+        return {i: dict(name) for i, name in runs.items()}
+    return dict(enumerate(_default_names(run)))
+
+
+def _default_names(run: Run) -> list[dict[str, Any]]:
     if not run.several:
         return [{}]
     if len(set(map(str, run.seeds))) == len(run.seeds):
@@ -53,6 +60,9 @@ class CSVLogger(_Output):
       path: the CSV file (its directory is made if missing).
       fields: constant columns put first in every row (e.g. ``{"algorithm": "FedAvg"}``).
       preceding: rows written before this run's (e.g. other algorithms' rows of one file).
+      runs: which of the call's runs to write, each with the columns that name its rows
+        (``{2: {"seed": 0}, 3: {"seed": 1}}``: one sweep point's seeds among other points'
+        runs in one program; ``{2: {}}``: one run, unnamed); None: every run.
 
     With several runs each row also has a ``seed`` column (and ``run``, when runs share a
     seed). Each row is formatted once, when it is new (every row again when the header
@@ -61,8 +71,10 @@ class CSVLogger(_Output):
     """
 
     def __init__(self, path: str | os.PathLike, fields: Mapping[str, Any] | None = None,
-                 preceding: Sequence[Mapping[str, Any]] = ()):
+                 preceding: Sequence[Mapping[str, Any]] = (),
+                 runs: Mapping[int, Mapping[str, Any]] | None = None):
         self.path, self.fields, self.preceding = Path(path), dict(fields or {}), list(preceding)
+        self.runs = runs
         self._blocks: list[_Block] = []  # the file's rows: preceding, then each run's
         self._header: list[str] = []
 
@@ -76,8 +88,9 @@ class CSVLogger(_Output):
 
     def write(self, run: Run) -> None:
         """Writes the rows recorded so far."""
-        sources = [self.preceding, *(history.rows for history in run.histories)]
-        prefixes = [{}, *({**self.fields, **name} for name in run_names(run))]
+        names = run_names(run, self.runs)
+        sources = [self.preceding, *(run.histories[i].rows for i in names)]
+        prefixes = [{}, *({**self.fields, **name} for name in names.values())]
         if len(self._blocks) != len(sources) or any(
                 block.source is not rows or len(rows) < len(block.rows)
                 for block, rows in zip(self._blocks, sources, strict=True)):
@@ -134,7 +147,8 @@ def _csv_text(columns: list[str], rows: list[dict[str, Any]], header: bool = Fal
 class TensorBoard(_Output):
     """TensorBoard scalars of every history column at each evaluation (step: the round),
     written to disk before the run goes on; with several runs, one subdirectory per run
-    (``seed_<s>``, or ``run_<i>_seed_<s>`` when runs share a seed).
+    (``seed_<s>``, or ``run_<i>_seed_<s>`` when runs share a seed); ``runs`` as
+    :class:`CSVLogger`'s (each selected run's subdirectory named by its columns).
 
     Needs ``tensorboardX`` (``pip install 'fedjax_avail[tensorboard]'``), checked when the
     callback is made, before any compute. Its synchronous event-file writer is used, not
@@ -145,20 +159,24 @@ class TensorBoard(_Output):
     it shows the rows the run's history holds.
     """
 
-    def __init__(self, log_dir: str | os.PathLike):
+    def __init__(self, log_dir: str | os.PathLike,
+                 runs: Mapping[int, Mapping[str, Any]] | None = None):
         try:
             from tensorboardX.event_file_writer import EventsWriter
             from tensorboardX.proto import event_pb2, summary_pb2
         except ImportError as error:
             raise ImportError("TensorBoard logging needs tensorboardX: pip install "
                               "'fedjax_avail[tensorboard]'") from error
-        self.log_dir, self._writers = Path(log_dir), []
+        self.log_dir, self.runs, self._writers = Path(log_dir), runs, []
+        self._indices: list[int] = []
         self._writer_type, self._event, self._summary = (EventsWriter, event_pb2.Event,
                                                          summary_pb2.Summary)
         self._session_log = event_pb2.SessionLog
 
     def on_run_start(self, run: Run) -> None:
-        names = ["_".join(f"{k}_{v}" for k, v in name.items()) for name in run_names(run)]
+        selected = run_names(run, self.runs)
+        self._indices = list(selected)
+        names = ["_".join(f"{k}_{v}" for k, v in name.items()) for name in selected.values()]
         dirs = [self.log_dir / name if name else self.log_dir for name in names]
 
         def open_writers():
@@ -166,7 +184,8 @@ class TensorBoard(_Output):
                 directory.mkdir(parents=True, exist_ok=True)
             self._writers = [self._writer_type(str(d / "events")) for d in dirs]
             if run.done:  # resumed: TensorBoard purges the earlier events from here on
-                for writer, history in zip(self._writers, run.histories, strict=True):
+                for writer, i in zip(self._writers, self._indices, strict=True):
+                    history = run.histories[i]
                     step = int(history.rows[-1]["round"]) + 1 if history.rows else 0
                     writer.write_event(self._event(
                         wall_time=time.time(), step=step,
@@ -176,7 +195,8 @@ class TensorBoard(_Output):
         self._attempt(self.log_dir, open_writers)
 
     def on_evaluation(self, run: Run, rows: list[dict[str, float] | None]) -> None:
-        for writer, row in zip(self._writers, rows, strict=False):
+        for writer, i in zip(self._writers, self._indices, strict=False):
+            row = rows[i]
             if row is None:  # no new row for that run (it ended on its own earlier)
                 continue
             values = [self._summary.Value(tag=key, simple_value=float(value))

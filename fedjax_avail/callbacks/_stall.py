@@ -55,4 +55,7 @@ class StallGuard(Callback):
             "available again (a trace played once ended: use cyclic=True or fewer rounds) or "
             f"none came back within {MAX_SLOTS_PER_UPDATE} slots. Error.result holds the "
             "history, its last row at that update")
-        run.stop("stalled", lambda: StalledError(message, run.result(), round_index, time))
+        rounds = [end if why == "stalled" else None
+                  for end, why in zip(run.ended, run.end_reasons, strict=True)]
+        run.stop("stalled", lambda: StalledError(message, run.result(), round_index, time,
+                                                 rounds))

@@ -15,7 +15,10 @@ from fedjax_avail.experiments._experiment import (
     Setup,
     parse_value,
     plan,
+    program_shape,
     run,
+    run_together,
+    shared_program,
 )
 from fedjax_avail.experiments._fedlaavg import (
     DEFAULT,
@@ -43,6 +46,7 @@ from fedjax_avail.experiments._sweep import (
     Sweep,
     best_lines,
     criterion,
+    programs,
     run_sweep,
     sweep_settings,
     with_grid,
@@ -117,6 +121,10 @@ __all__ = [
     "read_runs",
     "run",
     "run_sweep",
+    "run_together",
+    "programs",
+    "program_shape",
+    "shared_program",
     "sweep_settings",
     "with_grid",
 ]

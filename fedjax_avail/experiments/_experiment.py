@@ -8,7 +8,8 @@ and writes ``metrics.csv``, ``config.json`` (the settings and their provenance),
 every algorithm, so a crash or Ctrl-C keeps what finished; ``metrics.csv`` is also rewritten
 at every evaluation while an algorithm runs. Each algorithm checkpoints into
 ``checkpoints/<name>/`` (unless ``checkpoint=False``); ``resume=True`` continues an interrupted
-run bit-identically.
+run bit-identically. :func:`run_together` runs several points of one experiment (a sweep's
+learning rates) as one compiled program on the runs axis, each point written as its own run.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -33,15 +34,16 @@ from fedjax_avail._provenance import provenance
 from fedjax_avail.algorithms import Algorithm
 from fedjax_avail.availability import AvailabilityProcess
 from fedjax_avail.callbacks import Checkpointing, CSVLogger, Evaluation, TensorBoard
-from fedjax_avail.checkpoint import KEEP
+from fedjax_avail.checkpoint import KEEP, fingerprint
 from fedjax_avail.data import FederatedData
-from fedjax_avail.engine import DivergenceError, Interrupted, simulate
+from fedjax_avail.engine import simulate
 from fedjax_avail.experiments import _parts
 from fedjax_avail.experiments._settings import CHOICES, MEANINGS, check_settings
 from fedjax_avail.experiments._summary import summary_row
 from fedjax_avail.history import History
 from fedjax_avail.plotting import plot_histories, run_title
-from fedjax_avail.runs import runs_layout
+from fedjax_avail.results import DivergenceError, Interrupted, StalledError
+from fedjax_avail.runs import check_processes, runs_layout, same, swept_values
 from fedjax_avail.tasks import Task
 
 # run()'s floor between checkpoints with its default checkpoint_every: a save costs ~70 ms
@@ -204,8 +206,9 @@ def run(
 ) -> RunOutcome:
     """Runs every algorithm of an experiment and writes its results.
 
-    A diverging algorithm keeps the history it recorded and is marked ``diverged`` in the
-    summary; the other algorithms still run.
+    A diverging algorithm, or an asynchronous one whose clock stalls, keeps the history it
+    recorded and is marked ``diverged`` or ``stalled`` in the summary (with the error's
+    words); the other algorithms still run.
 
     Args:
       experiment: the experiment.
@@ -241,7 +244,61 @@ def run(
       ImportError: ``tensorboard`` without tensorboardX (before compute).
       fedjax_avail.Interrupted: Ctrl-C; what finished is written and checkpointed first.
     """
-    config = experiment.config(overrides)
+    return run_together(
+        experiment, [overrides or {}], [out_dir], progress, resume=resume,
+        checkpoint_every=checkpoint_every, mesh=mesh, checkpoint=checkpoint,
+        keep_checkpoints=keep_checkpoints, tensorboard=tensorboard,
+        checkpoint_seconds=checkpoint_seconds, overwrite=overwrite)[0]
+
+
+def run_together(
+    experiment: Experiment,
+    points: Sequence[Mapping[str, Any]],
+    out_dirs: Sequence[str | Path | None],
+    progress: bool = True,
+    *,
+    resume: bool = False,
+    checkpoint_every: int | None = None,
+    mesh: Any = None,
+    checkpoint: bool = True,
+    keep_checkpoints: int = KEEP,
+    tensorboard: bool = False,
+    checkpoint_seconds: float | None = None,
+    overwrite: bool = False,
+) -> list[RunOutcome]:
+    """:func:`run` at several points (settings) of one experiment that share one compiled
+    program: each algorithm is one ``simulate`` call whose runs axis holds every point's seeds
+    (:mod:`fedjax_avail.runs`), and each point's results are written to its own folder as its
+    separate :func:`run` writes them.
+
+    The points may differ only in real-valued hyperparameters of their algorithms (learning
+    rates, ``mu``: fields annotated ``float``) and in the availability parameters a process
+    holds in its state (:func:`shared_program` says why two points cannot share). A point's
+    ``seconds`` and ``compile_seconds`` are its program's, shared with the other points; its
+    checkpoints are kept in the first point's folder (``checkpoints/<algorithm>``), and each
+    point's ``checkpoints/settings.json`` names the program's folders, so only the same group
+    resumes them. A point whose run diverges or stalls is marked so and its record ends where
+    its own run's would (a diverged run: at the first evaluation at or after the round it
+    diverged in; with a ``checkpoint_every`` that is not a multiple of ``eval_every`` its own
+    run would stop at that checkpoint instead); the other points run to the end.
+
+    Args:
+      experiment: the experiment.
+      points: each point's overrides of the defaults.
+      out_dirs: each point's output folder (all None: nothing is written).
+      progress, resume, checkpoint_every, mesh, checkpoint, keep_checkpoints, tensorboard,
+        checkpoint_seconds, overwrite: as :func:`run`'s, for every point.
+
+    Returns:
+      one :class:`RunOutcome` per point.
+
+    Raises:
+      ValueError: as :func:`run`; also points that cannot share one program.
+    """
+    configs = [experiment.config(overrides) for overrides in points]
+    if len(out_dirs) != len(configs):
+        raise ValueError(f"out_dirs must give one folder per point: {len(configs)} points, "
+                         f"{len(out_dirs)} folders")
     check_optional_int("checkpoint_every", checkpoint_every)
     check_int("keep_checkpoints", keep_checkpoints, 1)
     if checkpoint_seconds is None:
@@ -250,78 +307,237 @@ def run(
     if resume and not checkpoint:
         raise ValueError("resume=True continues from checkpoints; it cannot go with "
                          "checkpoint=False")
-    if tensorboard and out_dir is None:
+    if len({d is None for d in out_dirs}) > 1:
+        raise ValueError("out_dirs: give every point a folder, or none (None)")
+    if tensorboard and out_dirs[0] is None:
         raise ValueError("tensorboard=True needs an out_dir to write the events to")
-    if out_dir is not None:
-        out_dir = check_writable_dir(out_dir, "out_dir")
+    dirs = [None if d is None else check_writable_dir(d, "out_dir") for d in out_dirs]
+    if out_dirs[0] is not None and len(set(dirs)) < len(dirs):
+        raise ValueError("out_dirs: two points would write to one folder")
+    program = [d.name for d in dirs] if len(dirs) > 1 and dirs[0] is not None else None
     if tensorboard:
-        TensorBoard(out_dir / "tensorboard")  # tensorboardX is importable, before any compute
+        TensorBoard(dirs[0] / "tensorboard")  # tensorboardX is importable, before any compute
     # One run per output directory; the settings a resume must share are checked first.
-    lock = DirectoryLock(out_dir, "out_dir") if out_dir is not None else contextlib.nullcontext()
-    with lock:
-        if out_dir is not None:
-            earlier = check_fresh(out_dir, resume, overwrite)
-            settings = resumable_settings(out_dir, experiment.name, config, resume)
-        setup = experiment.setup(config)  # a bad part's field is refused before it is recorded
-        seeds = list(config["seeds"]) if config.get("seeds") else None
-        check_algorithms(setup, config, seeds or [config["seed"]])  # all, before the first trains
-        if out_dir is not None:
-            if overwrite and earlier:  # an earlier run's files this one may not write again
-                shutil.rmtree(out_dir / "checkpoints", ignore_errors=True)
-                for name in setup.algorithms:
-                    shutil.rmtree(out_dir / "tensorboard" / name, ignore_errors=True)
-                for figure in out_dir.glob("curves*.png"):
+    with contextlib.ExitStack() as locks:
+        for d in dirs:
+            if d is not None:
+                locks.enter_context(DirectoryLock(d, "out_dir"))
+        earlier = [d is not None and check_fresh(d, resume, overwrite) for d in dirs]
+        settings = [d is not None and resumable_settings(d, experiment.name, config, resume,
+                                                         program)
+                    for d, config in zip(dirs, configs, strict=True)]
+        setups = _setups(experiment, configs)
+        for config, setup in zip(configs, setups, strict=True):  # all, before the first trains
+            check_algorithms(setup, config, seeds_of(config))
+        for d, found, recorded in zip(dirs, earlier, settings, strict=True):
+            if d is None:
+                continue
+            if overwrite and found:  # an earlier run's files this one may not write again
+                shutil.rmtree(d / "checkpoints", ignore_errors=True)
+                for name in setups[0].algorithms:
+                    shutil.rmtree(d / "tensorboard" / name, ignore_errors=True)
+                for figure in d.glob("curves*.png"):
                     figure.unlink()
-            path = out_dir / "checkpoints" / "settings.json"
+            path = d / "checkpoints" / "settings.json"
             path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(path, json.dumps(settings, indent=2, sort_keys=True) + "\n")
-        meta = {"experiment": experiment.name, **config, "provenance": provenance()}
-        histories: dict[str, History] = {}
-        per_seed: dict[str, list[History]] = {}
-        summary = []
+            atomic_write_text(path, json.dumps(recorded, indent=2, sort_keys=True) + "\n")
+        return _run_program(experiment, configs, setups, dirs, progress, resume=resume,
+                            checkpoint_every=checkpoint_every, mesh=mesh,
+                            checkpoint=checkpoint, keep_checkpoints=keep_checkpoints,
+                            tensorboard=tensorboard, checkpoint_seconds=checkpoint_seconds)
 
-        def record(name, status, results, start, stopped, plot):
-            nonlocal out_dir
-            per_seed[name] = [r.history for r in results]
-            histories[name] = mean_history(per_seed[name])
-            summary.append(summary_row(name, status, results, setup, start, stopped, seeds))
-            if out_dir is not None:
-                out_dir = _write(out_dir, meta, per_seed, summary, experiment, setup, plot, seeds)
 
-        for name, algorithm in setup.algorithms.items():
-            eval_every = setup.eval_every_of(name, config)
-            callbacks = [_evaluation(setup, eval_every, config)]
-            if out_dir is not None:
-                checkpoints = out_dir / "checkpoints" / name
-                if not resume:
-                    shutil.rmtree(checkpoints, ignore_errors=True)
-                if checkpoint:
-                    callbacks.append(Checkpointing(
-                        checkpoints, every=checkpoint_every or 10 * eval_every,
-                        keep=keep_checkpoints, seconds=checkpoint_seconds))
-                callbacks.append(CSVLogger(out_dir / "metrics.csv", {"algorithm": name},
-                                           csv_rows(per_seed, seeds)))
-                if tensorboard:
-                    callbacks.append(TensorBoard(out_dir / "tensorboard" / name))
-            start = time.perf_counter()
+class _Point:
+    """One point of a program as it runs: its settings, parts, folder and what it recorded."""
+
+    def __init__(self, experiment: Experiment, config: dict[str, Any], setup: Setup,
+                 out_dir: Path | None, first_run: int):
+        self.config, self.setup, self.out_dir = config, setup, out_dir
+        self.seeds = list(config["seeds"]) if config.get("seeds") else None
+        self.runs = range(first_run, first_run + len(seeds_of(config)))  # in the program
+        self.meta = {"experiment": experiment.name, **config, "provenance": provenance()}
+        self.histories: dict[str, History] = {}
+        self.per_seed: dict[str, list[History]] = {}
+        self.summary: list[dict[str, Any]] = []
+
+    def names(self, single: bool) -> dict[int, dict[str, Any]]:
+        """Its runs' indices in the program -> the columns naming their rows (CSVLogger)."""
+        if single:
+            return {self.runs[0]: {}}
+        return {i: {"seed": seed} for i, seed in zip(self.runs, self.seeds, strict=True)}
+
+
+def _run_program(experiment, configs, setups, dirs, progress, *, resume, checkpoint_every,
+                 mesh, checkpoint, keep_checkpoints, tensorboard, checkpoint_seconds
+                 ) -> list[RunOutcome]:
+    """Every algorithm of ``setups`` once, all points' runs in one ``simulate`` call."""
+    points, total = [], 0
+    for config, setup, out_dir in zip(configs, setups, dirs, strict=True):
+        points.append(_Point(experiment, config, setup, out_dir, total))
+        total += len(points[-1].runs)
+    single = len(points) == 1 and points[0].seeds is None  # no runs axis: as ever
+    main, config = points[0], configs[0]
+
+    def record(point, name, status, results, start, stopped, plot):
+        point.per_seed[name] = [r.history for r in results]
+        point.histories[name] = mean_history(point.per_seed[name])
+        point.summary.append(summary_row(name, status, results, point.setup, start, stopped,
+                                         point.seeds))
+        if point.out_dir is not None:
+            point.out_dir = _write(point.out_dir, point.meta, point.per_seed, point.summary,
+                                   experiment, point.setup, plot, point.seeds)
+
+    for name in main.setup.algorithms:
+        eval_every = main.setup.eval_every_of(name, config)
+        callbacks = [_evaluation(main.setup, eval_every, config)]
+        if main.out_dir is not None:
+            checkpoints = main.out_dir / "checkpoints" / name
+            if not resume:
+                shutil.rmtree(checkpoints, ignore_errors=True)
+            if checkpoint:
+                callbacks.append(Checkpointing(
+                    checkpoints, every=checkpoint_every or 10 * eval_every,
+                    keep=keep_checkpoints, seconds=checkpoint_seconds))
+        for point in points:
+            if point.out_dir is None:
+                continue
+            runs = None if single else point.names(point.seeds is None)
+            callbacks.append(CSVLogger(point.out_dir / "metrics.csv", {"algorithm": name},
+                                       csv_rows(point.per_seed, point.seeds), runs=runs))
+            if tensorboard:
+                callbacks.append(TensorBoard(point.out_dir / "tensorboard" / name, runs=runs))
+        if single:
+            seed, algorithm, process = (config["seed"], main.setup.algorithms[name],
+                                        main.setup.availability)
+        else:
+            seed = [s for point in points for s in seeds_of(point.config)]
+            algorithm = [point.setup.algorithms[name] for point in points for _ in point.runs]
+            process = [point.setup.availability for point in points for _ in point.runs]
+        start = time.perf_counter()
+        try:
+            result = simulate(
+                main.setup.task, main.setup.train, algorithm, process,
+                rounds=main.setup.rounds_of(name, config), seed=seed,
+                max_virtual_time=main.setup.max_virtual_time, progress=progress, desc=name,
+                mesh=mesh, callbacks=callbacks,
+            )
+            failure, ended = None, [None] * total
+        except (DivergenceError, StalledError) as error:  # recorded; the next algorithm runs
+            result, failure = error.result, error
+            ended = error.rounds if len(error.rounds) == total else [error.round] * total
+        except Interrupted as interrupted:
+            results = _as_list(interrupted.result)
+            for point in points:
+                mine = [results[i] for i in point.runs]
+                record(point, name, "interrupted", mine, start,
+                       int(mine[0].history.rows[-1]["round"]), plot=True)
+            raise
+        results = _as_list(result)
+        last = len(main.per_seed) + 1 == len(main.setup.algorithms)
+        for point in points:
+            mine = [results[i] for i in point.runs]
+            bad = {seed: ended[i] for i, seed in zip(point.runs, seeds_of(point.config),
+                                                     strict=True) if ended[i] is not None}
+            status, stopped = "ok", None
+            if bad:
+                kind = "diverged" if isinstance(failure, DivergenceError) else "stalled"
+                stopped = min(bad.values())
+                words = failure if len(points) == 1 else _failed(kind, point, bad)
+                status = f"{kind}: {words}"
+                if kind == "diverged" and point.seeds is None:  # where its own run stops
+                    mine = [_until_diverged(mine[0], stopped)]
+            record(point, name, status, mine, start, stopped, plot=last)
+    return [RunOutcome(p.histories, p.summary, p.out_dir, p.per_seed) for p in points]
+
+
+class ProgramShape(NamedTuple):
+    """What points of an experiment must share to run in one compiled program.
+
+    Attributes:
+      settings: the point's settings other than real numbers (``float``), which must be equal.
+      rest: a fingerprint of its setup's data, task, rounds and budget, which must be equal.
+      algorithms: its algorithms, which may differ in real-valued fields only.
+      availability: its availability process, which may differ in its ``run_parameters``.
+    """
+
+    settings: dict[str, Any]
+    rest: str
+    algorithms: dict[str, Algorithm]
+    availability: AvailabilityProcess
+
+
+def program_shape(config: Mapping[str, Any], setup: Setup) -> ProgramShape:
+    """The :class:`ProgramShape` of a point (its checked ``config`` and its ``setup``)."""
+    settings = {k: v for k, v in config.items() if type(v) is not float}
+    rest = fingerprint(setup._replace(algorithms={}, availability=None, window=0,
+                                      window_of=None))
+    return ProgramShape(settings, rest, dict(setup.algorithms), setup.availability)
+
+
+def shared_program(a: ProgramShape, b: ProgramShape) -> str | None:
+    """None when points of shapes ``a`` and ``b`` can run in one compiled program (on the runs
+    axis, :mod:`fedjax_avail.runs`), else why not, e.g. ``"setting local_steps differs (2, 5)"``.
+    """
+    for key in dict.fromkeys([*a.settings, *b.settings]):
+        if not same(a.settings.get(key), b.settings.get(key)):
+            return f"setting {key} differs ({a.settings.get(key)!r}, {b.settings.get(key)!r})"
+    if a.rest != b.rest:
+        return "their data, task, rounds or budget differ"
+    if list(a.algorithms) != list(b.algorithms):
+        return f"their algorithms differ ({list(a.algorithms)}, {list(b.algorithms)})"
+    try:
+        for name in a.algorithms:
             try:
-                result = simulate(
-                    setup.task, setup.train, algorithm, setup.availability,
-                    rounds=setup.rounds_of(name, config), seed=seeds or config["seed"],
-                    max_virtual_time=setup.max_virtual_time, progress=progress, desc=name,
-                    mesh=mesh, callbacks=callbacks,
-                )
-                status, stopped = "ok", None
-            except DivergenceError as error:
-                result, status, stopped = error.result, f"diverged: {error}", error.round
-            except Interrupted as interrupted:
-                results = _as_list(interrupted.result)
-                record(name, "interrupted", results, start,
-                       int(results[0].history.rows[-1]["round"]), plot=True)
-                raise
-            last = len(per_seed) + 1 == len(setup.algorithms)
-            record(name, status, _as_list(result), start, stopped, plot=last)
-        return RunOutcome(histories, summary, out_dir, per_seed)
+                swept_values([a.algorithms[name], b.algorithms[name]])
+            except ValueError as error:
+                raise ValueError(f"{name}: {error}") from None
+        check_processes([a.availability, b.availability])
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+def _setups(experiment: Experiment, configs: Sequence[dict[str, Any]]) -> list[Setup]:
+    """Each point's setup, the first point's data shared by all (one copy in memory).
+
+    Raises:
+      ValueError: points that cannot share one program (:func:`shared_program`'s reason).
+    """
+    setups = [experiment.setup(configs[0])]
+    first = program_shape(configs[0], setups[0])
+    for config in configs[1:]:
+        setup = experiment.setup(config)
+        why = shared_program(first, program_shape(config, setup))
+        if why is not None:
+            raise ValueError(f"these points cannot share one compiled program: {why}")
+        setups.append(setup._replace(train=setups[0].train, test=setups[0].test))
+    return setups
+
+
+def _failed(kind: str, point: _Point, bad: Mapping[int, int]) -> str:
+    """Why a point that shared its program diverged or stalled (``kind``), naming its runs by
+    their seeds and rounds (``bad``: seed -> round)."""
+    what = ("the global model, a state vector (e.g. a client's loss) or the training loss "
+            "became NaN/Inf" if kind == "diverged" else "an asynchronous update could not "
+            "gather its K results (no client available)")
+    where = ", ".join(f"{'' if point.seeds is None else f'seed {seed} '}in round {r}"
+                      for seed, r in bad.items())
+    tail = ("; try a smaller client_lr or server_lr, and check the data" if kind == "diverged"
+            else "")
+    return f"{what}: {where}{tail}"
+
+
+def _until_diverged(result: Any, round_index: int) -> Any:
+    """``result`` with its history cut after the first evaluation at or after
+    ``round_index``: a diverged run's last row when it runs alone."""
+    rows = result.history.rows
+    end = next((i for i, row in enumerate(rows) if row["round"] >= round_index), len(rows) - 1)
+    return dataclasses.replace(result, history=History(rows[:end + 1]))
+
+
+def seeds_of(config: Mapping[str, Any]) -> list[int]:
+    """The seeds a configuration trains: its ``seeds``, else its one ``seed``."""
+    return list(config["seeds"]) if config.get("seeds") else [config["seed"]]
 
 
 # Settings a resumed run may change: more rounds (never fewer: ``simulate`` refuses that), and
@@ -351,13 +567,15 @@ def check_fresh(out_dir: Path, resume: bool, overwrite: bool) -> list[str]:
 
 
 def resumable_settings(out_dir: Path, name: str, config: Mapping[str, Any],
-                        resume: bool) -> dict[str, Any]:
-    """What ``checkpoints/settings.json`` records of this run; with ``resume``, first refuses a
-    folder with no run to resume and settings that differ from the recorded ones (naming
-    them), before anything is loaded or compiled."""
+                        resume: bool, program: list[str] | None = None) -> dict[str, Any]:
+    """What ``checkpoints/settings.json`` records of this run (and, for a point of a shared
+    program, ``program``: the folders of its points); with ``resume``, first refuses a folder
+    with no run to resume and settings that differ from the recorded ones (naming them),
+    before anything is loaded or compiled."""
     path = out_dir / "checkpoints" / "settings.json"
     now = json.loads(json.dumps({"experiment": name, **{
-        k: v for k, v in config.items() if k not in RESUMABLE}}, default=str))
+        k: v for k, v in config.items() if k not in RESUMABLE},
+        **({"program": program} if program else {})}, default=str))
     if resume and not path.exists():
         raise ValueError(f"--resume: {out_dir} holds no run to resume (no checkpoints/"
                          "settings.json); run without --resume to start one")
@@ -378,12 +596,13 @@ def resumable_settings(out_dir: Path, name: str, config: Mapping[str, Any],
 
 
 def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None,
-         mesh: Any = None) -> list[dict]:
+         mesh: Any = None, points: int = 1) -> list[dict]:
     """Everything :func:`run` checks before compute, and no compute: ``--dry-run``.
 
     Builds the experiment (loads its data, constructs every algorithm), runs ``simulate``'s
     argument checks for each algorithm and its memory estimate against this device (against
-    ``mesh``'s devices, :func:`run`'s ``mesh``, when given).
+    ``mesh``'s devices, :func:`run`'s ``mesh``, when given), for ``points`` points of a sweep
+    sharing the program (:func:`run_together`: ``points`` times the seeds on its runs axis).
 
     Returns:
       one row per algorithm: ``algorithm``, ``rounds``, ``seeds``, ``estimated_bytes``.
@@ -393,8 +612,9 @@ def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None,
     """
     config = experiment.config(overrides)
     setup = experiment.setup(config)
-    seeds = list(config["seeds"]) if config.get("seeds") else [config["seed"]]
+    seeds = seeds_of(config)
     check_algorithms(setup, config, seeds)
+    runs = len(seeds) * points
     rows = []
     for name, algorithm in setup.algorithms.items():
         rounds = setup.rounds_of(name, config)
@@ -402,7 +622,7 @@ def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None,
         available = memory.available_bytes(mesh=mesh)
         estimate, _ = memory.fitting_estimate(  # simulate's choice of runs at once
             setup.task, setup.train, algorithm, setup.availability, available=available,
-            runs=len(seeds), runs_layout=runs_layout(mesh=mesh if len(seeds) > 1 else None),
+            runs=runs, runs_layout=runs_layout(mesh=mesh if runs > 1 else None),
             test_data=evaluation.test_arrays, mesh=mesh)
         memory.check_fits(estimate, available)
         rows.append({"algorithm": name, "rounds": rounds, "seeds": seeds,

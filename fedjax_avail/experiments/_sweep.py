@@ -11,23 +11,26 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from fedjax_avail._io import atomic_write_text, check_writable_dir
 from fedjax_avail._lock import DirectoryLock
 from fedjax_avail._provenance import provenance
 from fedjax_avail.experiments import _parts
 from fedjax_avail.experiments._experiment import (
     Experiment,
+    ProgramShape,
     RunOutcome,
     check_algorithms,
     check_fresh,
     csv_rows,
+    program_shape,
     resumable_settings,
-    run,
+    run_together,
+    seeds_of,
+    shared_program,
 )
 from fedjax_avail.history import History
 from fedjax_avail.plotting import plot_grid, plot_histories, run_title
+from fedjax_avail.runs import same
 
 # FedLaAvg Fig. 5/9 and 7/11 vary N (beta = 0.1) and beta (N = 1000) without giving the values
 # (spec sec. 4.4); these span the text's N = 200 and the defaults N = 1000, beta = 0.1. K is
@@ -135,6 +138,7 @@ def run_sweep(
     resume: bool = False,
     overwrite: bool = False,
     best: str = "final_test_accuracy",
+    together: bool = True,
     checkpoint_every: int | None = None,
     mesh: Any = None,
     **run_options: Any,
@@ -144,7 +148,12 @@ def run_sweep(
     (every panel's summary rows, the varied settings, ``best``: whether the row is its
     algorithm's best panel) and ``grid.png`` (training loss and test accuracy of every
     panel). ``run_options`` (``checkpoint``, ``keep_checkpoints``, ``checkpoint_seconds``,
-    ``tensorboard``) go to each panel's :func:`run`.
+    ``tensorboard``) go to each program's :func:`~fedjax_avail.experiments.run_together`.
+
+    Panels that differ only in real-valued hyperparameters (learning rates, ``mu``, an
+    availability process's parameters: :func:`programs`) run as one compiled program, their
+    runs on one runs axis (:func:`~fedjax_avail.experiments.run_together`); each panel's
+    results equal its separate run's (bit for bit on a CPU; its ``seconds`` are the program's).
 
     Args:
       best: what makes a panel an algorithm's best: ``final_test_accuracy`` (highest),
@@ -152,6 +161,9 @@ def run_sweep(
         the run has no clock, to a test accuracy of ACC; a run that never gets there is last).
       resume: continue every panel that has checkpoints; start the others.
       overwrite: replace an earlier sweep's results in ``out_dir``.
+      together: run the panels that can share a compiled program in one (False: every panel
+        its own program, one after the other: ``--separate-programs``). A resumed sweep runs
+        its started panels in the programs they started in, whatever ``together``.
 
     Raises:
       ValueError: an override of a setting that the panels set themselves (e.g. ``E`` in the
@@ -168,23 +180,26 @@ def run_sweep(
     with lock:  # one sweep per output directory (each panel also locks its own)
         dirs = {label: None if out_dir is None else Path(out_dir) / _slug(label)
                 for label in panels}
+        groups = _groups(sweep, panels, dirs, together, resume)
         if out_dir is not None:
             _check_sweep_dir(out_dir, dirs, resume, overwrite)
-            for label, path in dirs.items():  # every started panel resumes, before compute
-                if resume and (path / "checkpoints" / "settings.json").exists():
-                    resumable_settings(path, sweep.base.name, sweep.base.config(panels[label]),
-                                       True)
+            if resume:  # every started program resumes as it started, before compute
+                _check_resumable(sweep, panels, dirs, groups)
         varied = list(dict.fromkeys(k for setting in sweep.settings.values() for k in setting))
-        outcomes: dict[str, RunOutcome] = {}
-        for label, panel in panels.items():
-            started = dirs[label] is not None and (
-                dirs[label] / "checkpoints" / "settings.json").exists()
-            outcomes[label] = run(sweep.base, panel, dirs[label], progress,
-                                  resume=resume and started,
-                                  overwrite=overwrite or (resume and not started),
-                                  checkpoint_every=checkpoint_every, mesh=mesh, **run_options)
-            if out_dir is not None:  # after every panel: what finished is never lost
+        done: dict[str, RunOutcome] = {}
+        for labels in groups:
+            first = dirs[labels[0]]
+            started = first is not None and (first / "checkpoints" / "settings.json").exists()
+            results = run_together(sweep.base, [panels[label] for label in labels],
+                                   [dirs[label] for label in labels], progress,
+                                   resume=resume and started,
+                                   overwrite=overwrite or (resume and not started),
+                                   checkpoint_every=checkpoint_every, mesh=mesh, **run_options)
+            done.update(zip(labels, results, strict=True))
+            outcomes = {label: done[label] for label in panels if label in done}
+            if out_dir is not None:  # after every program: what finished is never lost
                 _write_tables(out_dir, sweep, outcomes, varied, score)
+        outcomes = {label: done[label] for label in panels}
         if out_dir is not None:
             first = sweep.base.config(next(iter(panels.values())))
             common = {k: v for k, v in first.items() if k not in varied}
@@ -205,6 +220,43 @@ def run_sweep(
     return outcomes
 
 
+def programs(sweep: Sweep, panels: Mapping[str, Mapping[str, Any]]) -> list[list[str]]:
+    """The panels by the compiled program they share, in panel order.
+
+    Panels whose settings differ only in real numbers and whose parts differ only where one
+    program can vary them (:func:`~fedjax_avail.experiments.shared_program`: real-valued
+    hyperparameters of the algorithms such as ``lr`` or ``fedavg.mu``, availability
+    parameters that a process holds in its state such as ``availability.p_on``) share one; a
+    panel that differs in anything else (an integer such as ``local_steps``, an option, the
+    data) gets its own. E.g. ``--sweep lr=0.01,0.1 --sweep local_steps=2,5`` is two programs
+    of two panels each.
+
+    Args:
+      sweep: the sweep.
+      panels: panel label -> its overrides of ``sweep.base`` (:func:`sweep_settings`).
+    """
+    configs = {label: sweep.base.config(panel) for label, panel in panels.items()}
+    candidates: dict[str, list[str]] = {}  # by the settings that are not real numbers
+    for label, config in configs.items():
+        plain = {k: v for k, v in config.items() if type(v) is not float}
+        candidates.setdefault(json.dumps(plain, sort_keys=True, default=str), []).append(label)
+    groups = []
+    for labels in candidates.values():
+        shared: list[tuple[ProgramShape, list[str]]] = []  # each program's first shape
+        for label in labels:
+            shape = (program_shape(configs[label], sweep.base.setup(configs[label]))
+                     if len(labels) > 1 else None)
+            home = next((group for first, group in shared
+                         if shape is not None and shared_program(first, shape) is None), None)
+            if home is None:
+                shared.append((shape, [label]))
+            else:
+                home.append(label)
+        groups += [group for _, group in shared]
+    order = list(panels)
+    return sorted(groups, key=lambda group: order.index(group[0]))
+
+
 def _check_parts(sweep: Sweep, panels: Mapping[str, Mapping[str, Any]]) -> None:
     """Before the first panel trains: every panel's dotted settings applied to its own parts
     and its algorithms checked; a dotted setting of a field that the panels' own settings vary
@@ -222,11 +274,10 @@ def _check_parts(sweep: Sweep, panels: Mapping[str, Mapping[str, Any]]) -> None:
     for group in groups.values():
         built = sweep.base.build({k: v for k, v in group[0].items() if not _parts.is_dotted(k)})
         for config in group:
-            seeds = list(config["seeds"]) if config.get("seeds") else [config["seed"]]
-            check_algorithms(_parts.apply(built, config), config, seeds)
+            check_algorithms(_parts.apply(built, config), config, seeds_of(config))
         leaves.append(_parts.leaf_values(built))
     varied = {path for path in leaves[0] if any(
-        not _same(other.get(path), leaves[0][path]) for other in leaves[1:])}
+        not same(other.get(path), leaves[0][path]) for other in leaves[1:])}
     for key in dotted:
         hit = [path for path in varied if path == key or path.startswith(key + ".")]
         if hit:
@@ -234,10 +285,53 @@ def _check_parts(sweep: Sweep, panels: Mapping[str, Mapping[str, Any]]) -> None:
                              "themselves (it differs from panel to panel)")
 
 
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return np.array_equal(np.asarray(a), np.asarray(b))
-    return bool(a == b)
+def _groups(sweep: Sweep, panels: Mapping[str, Mapping[str, Any]],
+            dirs: Mapping[str, Path | None], together: bool, resume: bool) -> list[list[str]]:
+    """The programs the panels run in, in panel order: with ``resume``, a started panel's as its
+    ``checkpoints/settings.json`` records it; the others' by :func:`programs` (``together``)
+    or one each."""
+    by_name = {path.name: label for label, path in dirs.items() if path is not None}
+    groups: list[list[str]] = []
+    for label, path in dirs.items():
+        settings = None if path is None else path / "checkpoints" / "settings.json"
+        if not resume or settings is None or not settings.exists() or any(
+                label in group for group in groups):
+            continue
+        try:
+            names = json.loads(settings.read_text()).get("program") or [path.name]
+        except (ValueError, AttributeError):  # damaged: resumable_settings names it
+            names = [path.name]
+        missing = [name for name in names if name not in by_name]
+        if missing:
+            raise ValueError(f"--resume: the point {label} ran in one program with "
+                             f"{', '.join(missing)}, which this sweep does not have; resume "
+                             "with the points it started with (new ones may be added), or "
+                             "--overwrite")
+        groups.append([by_name[name] for name in names])
+    rest = {label: panel for label, panel in panels.items()
+            if not any(label in group for group in groups)}
+    if rest:
+        groups += programs(sweep, rest) if together else [[label] for label in rest]
+    order = list(panels)
+    return sorted(groups, key=lambda group: order.index(group[0]))
+
+
+def _check_resumable(sweep: Sweep, panels: Mapping[str, Mapping[str, Any]],
+                     dirs: Mapping[str, Path], groups: list[list[str]]) -> None:
+    """Refuses to resume a program of which some points started and others did not, or a
+    started point whose settings or program (the folders it shares it with) changed."""
+    for labels in groups:
+        started = [(dirs[label] / "checkpoints" / "settings.json").exists() for label in labels]
+        if any(started) and not all(started):
+            raise ValueError(
+                f"--resume: the points {', '.join(labels)} run as one program, but only "
+                f"{', '.join(label for label, s in zip(labels, started, strict=True) if s)} "
+                "started (was the sweep started with other points, or with "
+                "--separate-programs?); resume it as it was started, or --overwrite")
+        program = [dirs[label].name for label in labels] if len(labels) > 1 else None
+        for label in labels if all(started) else []:
+            resumable_settings(dirs[label], sweep.base.name, sweep.base.config(panels[label]),
+                               True, program)
 
 
 def _check_sweep_dir(out_dir: Path, dirs: Mapping[str, Path], resume: bool,
