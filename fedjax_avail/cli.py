@@ -59,7 +59,8 @@ def _setting(experiment, key: str, value: Any, defaults: dict, source: str) -> A
     if key not in defaults:
         raise UserError(f"{experiment.name} has no setting {key!r} ({source}); settings: "
                         f"{', '.join(sorted(defaults))}; or a part's field by a dotted name "
-                        "(fedavg.client_lr, availability.period; --dry-run lists them)")
+                        "(fedavg.client_lr, availability.period; run NAME --help and "
+                        "--dry-run list them)")
     if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
         if optional(defaults, key):
             return None
@@ -175,8 +176,10 @@ def _describe(experiment) -> str:
     lines += textwrap.wrap(
         "Every field of every part is also a setting, by a dotted name: "
         "ALGORITHM.FIELD for each algorithm run (fedavg.client_lr, fedbuff.history, "
-        "fedavg.selection.lam, fedbuff.durations.sigma) and availability.FIELD; "
-        "`fedjax-avail run NAME --dry-run` lists them with their values. Any setting may "
+        "fedavg.selection.lam, fedbuff.durations.sigma) and availability.FIELD; the "
+        "algorithms' fields are listed at the end, and `fedjax-avail run NAME --dry-run` "
+        "lists every part's, the availability process's too, with their values. Any setting "
+        "may "
         "be swept: --sweep KEY=V1,V2 (repeatable: a grid); --set seeds=0,1,2 trains seeds "
         "together (mean and std in the summary).", 96, initial_indent="# ",
         subsequent_indent="# ")
@@ -186,6 +189,14 @@ def _describe(experiment) -> str:
         lines += _explain(experiment, key)
         lines.append(f"# {key} = (none; optional)" if value is None
                      else f"{key} = {_toml(value)}")
+    own = experiment.base if isinstance(experiment, experiments.Sweep) else experiment
+    if own.parts:
+        lines.append("# the algorithms' fields (ALGORITHM.FIELD <- SETTING: the setting feeds "
+                     "it; = VALUE: fixed, or the class's default), each a setting by its "
+                     "dotted name:")
+        running = tuple(_defaults(experiment).get("algorithms", ()))
+        lines += [f"#   {line}" for line in experiments.describe_parts(
+            own.parts, running, _defaults(experiment))]
     return "\n".join(lines)
 
 

@@ -438,3 +438,81 @@ def test_a_stalled_point_is_recorded_and_the_others_run_on(mnist, tmp_path):
     assert alone["status"].startswith("stalled: the asynchronous run stalled: update 0")
     assert (_csv(tmp_path / "t" / "p_on_1e-09" / "metrics.csv")
             == _csv(tmp_path / "a" / "metrics.csv"))
+
+
+def _declared(experiment):
+    """Every Setting of an experiment's declared parts, walked here on its own."""
+    def walk(p):
+        for value in p.fields.values():
+            if isinstance(value, experiments.Part):
+                yield from walk(value)
+            elif isinstance(value, experiments.Setting):
+                yield value
+
+    return [s for p in experiment.parts.values() for s in walk(p)]
+
+
+@pytest.mark.parametrize("name", OFFLINE)
+def test_every_experiment_declares_its_algorithms_as_parts_fed_by_its_settings(name, mnist):
+    experiment = experiments.get(name)
+    assert experiment.parts
+    assert experiment.all_choices()["algorithms"] == tuple(experiment.parts)
+    # every setting a part reads exists, or the part says what it is without it
+    assert {s.name for s in _declared(experiment) if s.read is None and not s.has_default
+            } <= set(experiment.defaults), name
+    # every declared algorithm builds under the defaults, a setting's value reaching its field
+    data = {"data_dir": str(MNIST_DIR)} if "data_dir" in experiment.defaults else {}
+    config = experiment.config({**data, "algorithms": tuple(experiment.parts)})
+    built = experiment.setup(config).algorithms
+    for part_name, declared in experiment.parts.items():
+        for field, source in declared.fields.items():
+            if (isinstance(source, experiments.Setting) and source.read is None
+                    and source.name in config):
+                assert getattr(built[part_name], field) == config[source.name], (part_name,
+                                                                                  field)
+
+
+def test_a_short_setting_is_checked_by_every_field_it_feeds(capsys):
+    feeds = _parts.feeds(experiments.DEFAULT.parts)
+    assert {owner.__name__ for owner, field in feeds["lr"]} >= {"FedAvg", "FedLaAvg",
+                                                                 "SequentialSGD"}
+    assert ("client_lr" in {f for _, f in feeds["lr"]} and "lr" in {f for _, f in feeds["lr"]})
+    assert cli.main(["run", "--set", "local_steps=0", "--dry-run"]) == 2
+    assert ("setting local_steps must be an integer >= 1, got 0"
+            in capsys.readouterr().err)
+    # read through a function: checked as the field it stands for (K from beta, speeds)
+    assert cli.main(["run", "--set", "clients_per_round=0", "--dry-run"]) == 2
+    assert "setting clients_per_round must be an integer >= 1" in capsys.readouterr().err
+    assert cli.main(["run", "async-mnist", "--set", "speed_sigma=-1", "--dry-run"]) == 2
+    assert "setting speed_sigma must be a finite number >= 0" in capsys.readouterr().err
+
+
+def test_help_lists_every_algorithms_fields_without_loading_data(capsys, monkeypatch):
+    monkeypatch.delenv("FEDJAX_AVAIL_MNIST_DIR", raising=False)
+    def refuse(config):
+        raise AssertionError("--help loaded the data")
+
+    monkeypatch.setattr(experiments._async, "load_mnist_for", refuse)
+    assert cli.main(["run", "async-mnist", "--help"]) == 0
+    out = capsys.readouterr().out
+    for line in ("fedbuff.history = 256\n", "fedbuff.client_lr <- lr\n",
+                 "fedbuff.buffer_size <- clients_per_round\n",
+                 "fedbuff.durations.speed <- speed_sigma: each client's speed factor",
+                 "fedasync.mixing = 0.6\n#       a finite number in (0, 1]; alpha"):
+        assert f"#   {line}" in out, line
+
+
+def test_every_setting_of_every_experiment_is_checked_by_an_annotation_or_its_choices():
+    from fedjax_avail.experiments import _settings
+
+    for name, experiment in experiments.REGISTRY.items():
+        own = experiment.base if isinstance(experiment, experiments.Sweep) else experiment
+        fed = _parts.feeds(own.parts)
+        unchecked = [key for key in own.defaults if key not in _settings.SETTINGS
+                     and key not in fed and key not in own.all_choices()]
+        assert not unchecked, (name, unchecked)
+    with pytest.raises(ValueError, match=r"setting data_dir must be None or a path, got ''"):
+        experiments.get("fedlaavg-mnist").config({"data_dir": ""})
+    with pytest.raises(ValueError, match=r"part\(FedProx\): no field 'client_lrr'; its fields"):
+        experiments.part(experiments._fedlaavg.algorithms.FedProx,
+                         client_lrr=experiments.Setting("lr"))

@@ -259,7 +259,7 @@ def test_compare_refuses_a_metrics_csv_it_cannot_read_in_one_line(tmp_path, caps
 
 
 @pytest.mark.parametrize("text, message", [
-    ("data_dir = 5\n", "setting data_dir must be None or a folder path (text)"),
+    ("data_dir = 5\n", "setting data_dir must be None or a string, got 5 (int)"),
     ("rounds = true\n", "rounds must be an integer, got True"),
     ("rounds = \"ten\"\n", "rounds: expected an integer, got 'ten'"),
 ])

@@ -27,6 +27,7 @@ from fedjax_avail.experiments._fedlaavg import (
     FEDLAAVG_MNIST_FIG5_BETA,
     FEDLAAVG_MNIST_FIG5_N,
 )
+from fedjax_avail.experiments._parts import Part, Setting, describe_parts, part
 from fedjax_avail.experiments._parts import describe_fields as part_settings
 from fedjax_avail.experiments._sentiment140 import (
     FEDLAAVG_SENTIMENT140,
@@ -116,6 +117,10 @@ __all__ = [
     "oscillation_amplitude",
     "parse_value",
     "part_settings",
+    "Part",
+    "Setting",
+    "describe_parts",
+    "part",
     "plan",
     "read_histories",
     "read_runs",

@@ -9,6 +9,7 @@ FedAsync applies one job per update, so it runs K times as many updates (the sam
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -16,32 +17,38 @@ import numpy as np
 from fedjax_avail import algorithms, availability, clock, data, tasks
 from fedjax_avail.experiments._experiment import Experiment, Setup
 from fedjax_avail.experiments._fedlaavg import load_mnist_for
-from fedjax_avail.experiments._settings import check_choice
+from fedjax_avail.experiments._parts import Setting, build_parts, part
 
-ALGORITHMS = ("fedavg", "fedbuff", "fedasync")
+
+def speeds(config: Mapping[str, Any]) -> np.ndarray:
+    """each client's speed factor exp(N(0, speed_sigma^2)), drawn with the seed: [N]."""
+    rng = np.random.default_rng(config["seed"])
+    return np.exp(rng.normal(0, config["speed_sigma"], config["num_clients"]))
+
+
+# Log-normal job times (mean duration_mean, log-scale sigma duration_sigma) divided by each
+# client's log-normal speed factor; time-to-accuracy-mnist runs on this one duration model too.
+DURATIONS = part(clock.LogNormal, mean=Setting("duration_mean"),
+                 sigma=Setting("duration_sigma"),
+                 speed=Setting("speed_sigma", read=speeds, checked_as=(clock.LogNormal, "sigma")))
+LOCAL = dict(local_steps=Setting("local_steps"), batch_size=Setting("batch_size"),
+             client_lr=Setting("lr"), durations=DURATIONS)
+_K = Setting("clients_per_round")
+PARTS = {
+    "fedavg": part(algorithms.FedAvg, clients_per_round=_K, **LOCAL),
+    "fedbuff": part(algorithms.FedBuff, buffer_size=_K, concurrency=Setting("concurrency"),
+                    **LOCAL),
+    "fedasync": part(algorithms.FedAsync, concurrency=Setting("concurrency"), **LOCAL),
+}
 
 
 def async_setup(config, fd, test, task) -> Setup:
     """FedAvg, FedBuff and FedAsync under one duration model and one availability process."""
-    n, k = fd.num_clients, config["clients_per_round"]
-    speed = np.exp(np.random.default_rng(config["seed"]).normal(0, config["speed_sigma"], n))
-    durations = clock.LogNormal(config["duration_mean"], config["duration_sigma"], speed=speed)
-    local = dict(local_steps=config["local_steps"], batch_size=config["batch_size"],
-                 client_lr=config["lr"])
-    factories = {
-        "fedavg": lambda: algorithms.FedAvg(clients_per_round=k, durations=durations, **local),
-        "fedbuff": lambda: algorithms.FedBuff(buffer_size=k, concurrency=config["concurrency"],
-                                              durations=durations, **local),
-        "fedasync": lambda: algorithms.FedAsync(concurrency=config["concurrency"],
-                                                durations=durations, **local),
-    }
-    check_choice("algorithms", tuple(config["algorithms"]), ALGORITHMS)
     process = availability.Markov(p_on=config["p_on"], p_off=config["p_off"])
-    algs = {name: factories[name]() for name in config["algorithms"]}
     # FedAsync applies one job an update: as many jobs as the others' rounds * K.
-    rounds = {"fedasync": config["rounds"] * k}
-    return Setup(task, fd, test, process, algs, window=config["rounds"], x_axes=("round",
-                 "virtual_time"), rounds=rounds)
+    rounds = {"fedasync": config["rounds"] * config["clients_per_round"]}
+    return Setup(task, fd, test, process, build_parts(PARTS, config), window=config["rounds"],
+                 x_axes=("round", "virtual_time"), rounds=rounds)
 
 
 def _build_async(config: dict[str, Any]) -> Setup:
@@ -64,7 +71,7 @@ ASYNC_MNIST = Experiment(
     meanings={"clients_per_round": "K, the clients of a FedAvg round and the uploads of a "
                                    "FedBuff update",
               "rounds": "the server updates to run (FedAsync runs rounds * K, one job each)"},
-    choices={"algorithms": ALGORITHMS},
+    parts=PARTS,
     measured=(
         "`fedjax-avail run async-mnist` (2026-11-22, 2-core CPU): final test acc / virtual time "
         "/ mean staleness: fedavg 0.907 / 2937 / 0, fedbuff 0.909 / 122 / 7.3, fedasync (10,000 "

@@ -25,8 +25,8 @@ import numpy as np
 from fedjax_avail import availability, data, tasks
 from fedjax_avail.experiments._experiment import Experiment, Setup
 from fedjax_avail.experiments._fedlaavg import (
-    ALGORITHMS,
     FEDLAAVG_MNIST,
+    PARTS,
     load_mnist_for,
     setup_one_label,
 )
@@ -84,7 +84,8 @@ AVAILABILITY_MNIST = Experiment(
     meanings={"E": "periodic process: the rounds each group's turn lasts; the amplitude is "
                    "measured over the last 2E rounds",
               "D": "unused by these processes (kept from fedlaavg-mnist)"},
-    choices={"algorithms": ALGORITHMS, "process": PROCESSES},
+    parts=PARTS,
+    choices={"process": PROCESSES},
 )
 
 AVAILABILITY_SWEEP_MNIST = Sweep(

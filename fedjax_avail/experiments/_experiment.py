@@ -90,6 +90,9 @@ class Experiment:
       meanings: setting -> one line on what it does here, where the shared ``MEANINGS`` line
         (``experiments/_settings.py``) does not fit this experiment.
       choices: setting -> its valid values, added to (or replacing) the shared ``CHOICES``.
+      parts: the algorithms it can run, as data (name -> :class:`~fedjax_avail.experiments.
+        _parts.Part`): the choices of its ``algorithms`` setting; a setting that feeds a field
+        of one is checked by that field's annotation.
 
     Every experiment also has ``seeds`` (default ``()``: one run with ``seed``; several: one
     program on the runs axis, mean and std in the summary), and every field of its parts by a
@@ -103,6 +106,7 @@ class Experiment:
     measured: str = ""
     meanings: Mapping[str, str] = dataclasses.field(default_factory=dict)
     choices: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    parts: Mapping[str, _parts.Part] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if "seed" in self.defaults and "seeds" not in self.defaults:  # every experiment's
@@ -122,7 +126,9 @@ class Experiment:
 
     def all_choices(self) -> dict[str, tuple[str, ...]]:
         """Each choice-valued setting of this experiment -> its valid values."""
-        return {k: v for k, v in {**CHOICES, **self.choices}.items() if k in self.defaults}
+        own = {"algorithms": tuple(self.parts)} if self.parts else {}
+        return {k: v for k, v in {**CHOICES, **own, **self.choices}.items()
+                if k in self.defaults}
 
     def config(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The defaults with ``overrides`` applied, checked (unknown keys and values out of
@@ -138,7 +144,7 @@ class Experiment:
         if overrides.get("beta") is not None and "clients_per_round" in overrides:
             raise ValueError("set either beta or clients_per_round, not both (beta sets "
                              "clients_per_round = round(beta * num_clients))")
-        check_settings(config, self.defaults, self.all_choices())
+        check_settings(config, self.defaults, self.all_choices(), _parts.feeds(self.parts))
         return config
 
 
@@ -421,9 +427,11 @@ def _run_program(experiment, configs, setups, dirs, progress, *, resume, checkpo
                 max_virtual_time=main.setup.max_virtual_time, progress=progress, desc=name,
                 mesh=mesh, callbacks=callbacks,
             )
-            failure, ended = None, [None] * total
+            kind, words, ended = None, "", [None] * total
         except (DivergenceError, StalledError) as error:  # recorded; the next algorithm runs
-            result, failure = error.result, error
+            # its words, not the error: its traceback would keep the run's arrays alive
+            result, words = error.result, str(error)
+            kind = "diverged" if isinstance(error, DivergenceError) else "stalled"
             ended = error.rounds if len(error.rounds) == total else [error.round] * total
         except Interrupted as interrupted:
             results = _as_list(interrupted.result)
@@ -440,10 +448,8 @@ def _run_program(experiment, configs, setups, dirs, progress, *, resume, checkpo
                                                      strict=True) if ended[i] is not None}
             status, stopped = "ok", None
             if bad:
-                kind = "diverged" if isinstance(failure, DivergenceError) else "stalled"
                 stopped = min(bad.values())
-                words = failure if len(points) == 1 else _failed(kind, point, bad)
-                status = f"{kind}: {words}"
+                status = f"{kind}: {words if len(points) == 1 else _failed(kind, point, bad)}"
                 if kind == "diverged" and point.seeds is None:  # where its own run stops
                     mine = [_until_diverged(mine[0], stopped)]
             record(point, name, status, mine, start, stopped, plot=last)

@@ -7,57 +7,47 @@ the baselines with FedLaAvg and sequential SGD under that one availability proce
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from fedjax_avail import algorithms, availability, data, tasks
 from fedjax_avail.experiments._experiment import Experiment, Setup
+from fedjax_avail.experiments._parts import Part, Setting, build_parts, part
 from fedjax_avail.experiments._settings import CHOICES, check_choice, clients_per_round
 from fedjax_avail.experiments._sweep import BETA_SETTINGS, N_SETTINGS, Sweep
 
+_K = Setting("clients_per_round", read=clients_per_round,
+             checked_as=(algorithms.FedAvg, "clients_per_round"))
+_SHARED = dict(clients_per_round=_K, batch_size=Setting("batch_size"), client_lr=Setting("lr"))
+_LOCAL = dict(_SHARED, local_steps=Setting("local_steps"))
+# table_dtype, float32 in an experiment without that setting
+_TABLE = Setting("table_dtype", default="float32", has_default=True)
 
-def _shared(config: dict[str, Any]) -> dict[str, Any]:
-    return dict(clients_per_round=clients_per_round(config), batch_size=config["batch_size"],
-                client_lr=config["lr"])
-
-
-def _local(config: dict[str, Any]) -> dict[str, Any]:
-    return dict(_shared(config), local_steps=config["local_steps"])
-
-
-def _table(config: dict[str, Any]) -> str:
-    return config.get("table_dtype", "float32")
-
-
-_FACTORIES: dict[str, Callable[[dict[str, Any]], algorithms.Algorithm]] = {
-    "fedsgd": lambda c: algorithms.FedSGD(**_shared(c)),
-    "fedavg": lambda c: algorithms.FedAvg(**_local(c)),
-    "fedprox": lambda c: algorithms.FedProx(**_local(c), mu=c["mu"]),
-    "fedlaavg": lambda c: algorithms.FedLaAvg(**_local(c), table_dtype=_table(c)),
-    "fedlaavg_c1": lambda c: algorithms.FedLaAvg(**_shared(c), local_steps=1,
-                                                 table_dtype=_table(c)),
-    "fedadam": lambda c: algorithms.FedAdam(**_local(c)),
-    "mifa": lambda c: algorithms.MIFA(**_local(c), lr_decay=False, table_dtype=_table(c)),
-    "sequential": lambda c: algorithms.SequentialSGD(
-        clients_per_round(c), c["local_steps"], c["batch_size"], c["lr"]),
+# The algorithms these experiments compare, as data: every one with the constant learning rate
+# lr (MIFA's decay switched off); table_dtype (default float32) is how FedLaAvg and MIFA store
+# their [N, P] table of latest updates.
+PARTS: dict[str, Part] = {
+    "fedsgd": part(algorithms.FedSGD, **_SHARED),
+    "fedavg": part(algorithms.FedAvg, **_LOCAL),
+    "fedprox": part(algorithms.FedProx, **_LOCAL, mu=Setting("mu")),
+    "fedlaavg": part(algorithms.FedLaAvg, **_LOCAL, table_dtype=_TABLE),
+    "fedlaavg_c1": part(algorithms.FedLaAvg, **_SHARED, local_steps=1, table_dtype=_TABLE),
+    "fedadam": part(algorithms.FedAdam, **_LOCAL),
+    "mifa": part(algorithms.MIFA, **_LOCAL, lr_decay=False, table_dtype=_TABLE),
+    "sequential": part(algorithms.SequentialSGD, clients_per_round=_K,
+                       local_steps=Setting("local_steps"), batch_size=Setting("batch_size"),
+                       lr=Setting("lr")),
 }
-ALGORITHMS = tuple(_FACTORIES)  # the choices of the setting ``algorithms``
 
 
 def algorithms_from_config(config: dict[str, Any]) -> dict[str, algorithms.Algorithm]:
-    """The algorithms named by ``config["algorithms"]`` (among :data:`ALGORITHMS`), with the
-    config's hyperparameters.
-
-    K is ``round(beta * num_clients)`` when the setting ``beta`` is given, else
-    ``clients_per_round``. Every algorithm runs with the constant learning rate ``lr`` (MIFA's
-    decay is switched off). ``table_dtype`` (default float32) is how FedLaAvg and MIFA store
-    their ``[N, P]`` table of latest updates.
+    """The algorithms named by ``config["algorithms"]`` (among :data:`PARTS`), with the
+    config's hyperparameters; K is ``round(beta * num_clients)`` when the setting ``beta`` is
+    given, else ``clients_per_round``.
 
     Raises:
-      ValueError: a name not in :data:`ALGORITHMS`.
+      ValueError: a name not in :data:`PARTS`.
     """
-    check_choice("algorithms", tuple(config["algorithms"]), ALGORITHMS)
-    return {name: _FACTORIES[name](config) for name in config["algorithms"]}
+    return build_parts(PARTS, config)
 
 
 def _diurnal(config: dict[str, Any], fd: data.FederatedData) -> availability.AvailabilityProcess:
@@ -106,7 +96,7 @@ DEFAULT = Experiment(
         algorithms=("fedavg", "fedlaavg", "sequential"),
     ),
     build=_build_digits,
-    choices={"algorithms": ALGORITHMS},
+    parts=PARTS,
     measured=(
         "`fedjax-avail run` (2026-11-22, 2-core CPU, ~10 s): final train loss / test acc / "
         "amplitude over the last 2E rounds: fedavg 0.304 / 0.919 / 0.107, "
@@ -124,7 +114,7 @@ FEDLAAVG_MNIST = Experiment(
         source="idx", data_dir=None, table_dtype="float32",
     ),
     build=_build_mnist,
-    choices={"algorithms": ALGORITHMS},
+    parts=PARTS,
     measured=(
         "`fedjax-avail run fedlaavg-mnist` (2026-11-22, 2-core CPU, ~2.6 min): final train loss / "
         "test acc / amplitude over the last 2E rounds: fedsgd 0.574 / 0.876 / 0.151, "

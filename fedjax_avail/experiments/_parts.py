@@ -1,8 +1,14 @@
-"""Every constructor field of an experiment's parts is a setting by a dotted name.
+"""An experiment's parts as data, and every constructor field of them as a setting.
 
-An experiment's parts are its algorithms (by the names in its ``algorithms`` setting) and its
-availability process; a part's fields are the fields of its dataclass, and a field that is
-itself a dataclass (``durations``, ``selection``) has its own fields below it::
+An experiment declares its algorithms as data (:class:`Part`): a library class and where each
+field's value comes from, a constant or one of the experiment's settings (:class:`Setting`,
+``client_lr=Setting("lr")``); a nested part (``durations``, ``selection``) is a :class:`Part`
+too. So the settings a short name feeds are known without building anything
+(:func:`feeds`): ``lr`` is checked by the annotation of every field it feeds, and ``run NAME
+--help`` lists the parts' fields (:func:`describe_parts`). The built parts are its algorithms
+(by the names in its ``algorithms`` setting) and its availability process; a part's fields are
+the fields of its dataclass, and a field that is itself a dataclass (``durations``,
+``selection``) has its own fields below it::
 
     fedbuff.history=512            FedBuff(history=512)
     fedavg.selection.lam=0.5       FedAvg(selection=SubTrunc(lam=0.5, ...))
@@ -21,13 +27,176 @@ import dataclasses
 import inspect
 import re
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from fedjax_avail._checks import describe_hint, field_hints, hint_members
 
 # The availability process's part name; the algorithms' are their names in the setup.
 AVAILABILITY = "availability"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """A field's value from the experiment's setting ``name``.
+
+    Attributes:
+      name: the setting, e.g. ``"lr"`` for a ``client_lr``.
+      read: ``config -> value`` where the field's value is not the setting's own (K from
+        ``beta``, per-client speeds from ``speed_sigma``); None: ``config[name]``.
+        Its docstring's first line says how (``--help`` shows it).
+      checked_as: with ``read``, the ``(class, field)`` whose annotation checks the setting's
+        value (None: its annotation in ``experiments/_settings.py``'s ``SETTINGS``, or its
+        ``CHOICES``); without ``read`` the field it feeds checks it.
+      default, has_default: the value where an experiment has no such setting (e.g.
+        ``table_dtype``: ``"float32"``), when ``has_default``; without one, every experiment
+        using the part must have the setting.
+    """
+
+    name: str
+    read: Callable[[Mapping[str, Any]], Any] | None = None
+    checked_as: tuple[type, str] | None = None
+    default: Any = None
+    has_default: bool = False
+
+    def __post_init__(self):
+        if self.checked_as is not None and self.read is None:
+            raise ValueError(f"Setting {self.name!r}: checked_as goes with read (without read "
+                             "the field it feeds checks it)")
+
+    def value(self, config: Mapping[str, Any]) -> Any:
+        if self.read is not None:
+            return self.read(config)
+        if self.name not in config and self.has_default:
+            return self.default
+        return config[self.name]
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """A part declared as data: ``kind(**fields)``, each field a constant, a :class:`Setting`
+    or a nested :class:`Part`; the fields it does not name keep the class's defaults.
+
+    Example:
+      >>> fedprox = part(FedProx, clients_per_round=Setting("clients_per_round"),
+      ...                client_lr=Setting("lr"), mu=Setting("mu"))
+      >>> fedprox.build({"clients_per_round": 10, "lr": 0.1, "mu": 0.01}).mu
+      0.01
+    """
+
+    kind: type
+    fields: Mapping[str, Any]
+
+    def build(self, config: Mapping[str, Any]) -> Any:
+        """The part under ``config`` (checked by the class, as any Python call)."""
+        return self.kind(**{name: _built(value, config) for name, value in self.fields.items()})
+
+
+def part(kind: type, **fields: Any) -> Part:
+    """``Part(kind, fields)``, its field names checked against ``kind``'s constructor.
+
+    Raises:
+      ValueError: a name that is not a constructor field of ``kind``, naming its fields.
+    """
+    known = [f.name for f in dataclasses.fields(kind) if f.init]
+    unknown = [name for name in fields if name not in known]
+    if unknown:
+        raise ValueError(f"part({kind.__name__}): no field {unknown[0]!r}; its fields: "
+                         f"{', '.join(known)}")
+    return Part(kind, fields)
+
+
+def _built(value: Any, config: Mapping[str, Any]) -> Any:
+    if isinstance(value, Setting):
+        return value.value(config)
+    return value.build(config) if isinstance(value, Part) else value
+
+
+def build_parts(parts: Mapping[str, Part], config: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts named by ``config["algorithms"]``, built under ``config``.
+
+    Raises:
+      ValueError: a name that is not one of ``parts``.
+    """
+    names = tuple(config["algorithms"])
+    unknown = [name for name in names if name not in parts]
+    if unknown:
+        raise ValueError(f"setting algorithms must list only {tuple(parts)}, got unknown "
+                         f"{unknown}")
+    return {name: parts[name].build(config) for name in names}
+
+
+def feeds(parts: Mapping[str, Part]) -> dict[str, list[tuple[type, str]]]:
+    """Each setting the ``parts`` read -> the ``(class, field)`` pairs whose annotations check
+    its value (every field it feeds as it is, or its ``checked_as``)."""
+    out: dict[str, list[tuple[type, str]]] = {}
+
+    def walk(p: Part) -> None:
+        for name, value in p.fields.items():
+            if isinstance(value, Part):
+                walk(value)
+            elif isinstance(value, Setting):
+                owner = (p.kind, name) if value.read is None else value.checked_as
+                if owner is not None and owner not in out.setdefault(value.name, []):
+                    out[value.name].append(owner)
+
+    for p in parts.values():
+        walk(p)
+    return out
+
+
+def describe_parts(parts: Mapping[str, Part], names: tuple[str, ...] = (),
+                   settings: Mapping[str, Any] | None = None) -> list[str]:
+    """Every field of each of ``parts`` (those in ``names`` first), nested parts' fields below
+    theirs: ``fedavg.client_lr <- lr`` (fed by a setting; ``: HOW`` where a function reads
+    it), ``fedlaavg_c1.local_steps = 1 (fixed)`` or ``fedavg.mu = 0.0`` (the class's
+    default); below the first line of each class's field, indented, what its annotation
+    allows and its docstring line. Built from the declarations alone (nothing is loaded).
+
+    Args:
+      parts: name -> :class:`Part`.
+      names: the parts listed first (the ones an experiment runs by default).
+      settings: the experiment's settings; a :class:`Setting` it lacks shows its default.
+    """
+    lines: list[str] = []
+    explained: set[tuple[type, str]] = set()
+
+    def walk(prefix: str, p: Part) -> None:
+        docs, hints = field_docs(p.kind), field_hints(p.kind)
+        for field in dataclasses.fields(p.kind):
+            if not field.init:
+                continue
+            value = p.fields.get(field.name, field.default)
+            if value is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
+                value = field.default_factory()
+            key, fixed = f"{prefix}.{field.name}", field.name in p.fields
+            if isinstance(value, Setting) and settings is not None and (
+                    value.name not in settings and value.has_default):
+                value = value.default
+            if isinstance(value, Part):
+                if any(f.init for f in dataclasses.fields(value.kind)):
+                    walk(key, value)
+                else:  # a part with no fields: its class
+                    lines.append(f"{key} = {value.kind.__name__}()")
+                continue
+            if isinstance(value, Setting):
+                how = (value.read.__doc__ or "").strip().splitlines()[:1] if value.read else []
+                lines.append(f"{key} <- {value.name}{': ' + how[0] if how else ''}")
+            else:
+                shown = repr(value) if len(repr(value)) <= 40 else f"<{type(value).__name__}>"
+                lines.append(f"{key} = {shown}{' (fixed)' if fixed else ''}")
+            if (p.kind, field.name) not in explained:
+                explained.add((p.kind, field.name))
+                about = "; ".join(t for t in (describe_hint(hints[field.name])
+                                              if field.name in hints else "",
+                                              docs.get(field.name, "")) if t)
+                about = about if len(about) <= 88 else about[:85].rstrip() + "..."
+                if about:
+                    lines.append(f"    {about}")
+
+    for name in sorted(parts, key=lambda n: (n not in names, list(parts).index(n))):
+        walk(name, parts[name])
+    return lines
 
 
 def is_dotted(key: str) -> bool:

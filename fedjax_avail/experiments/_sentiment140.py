@@ -15,8 +15,8 @@ from typing import Any
 from fedjax_avail import availability, data, tasks
 from fedjax_avail.experiments._experiment import Experiment, Setup
 from fedjax_avail.experiments._fedlaavg import (
-    ALGORITHMS,
     FIG4_ALGORITHMS,
+    PARTS,
     algorithms_from_config,
 )
 from fedjax_avail.experiments._sweep import BETA_SETTINGS, N_SETTINGS, Sweep
@@ -59,7 +59,7 @@ FEDLAAVG_SENTIMENT140 = Experiment(
     meanings={"E": "rounds per simulated day, a multiple of 24 (each client is available 8 "
                    "hours a day); the amplitude is measured over the last E rounds",
               "data_dir": "the TFDS data directory (TFDS only)"},
-    choices={"algorithms": ALGORITHMS},
+    parts=PARTS,
 )
 
 FEDLAAVG_SENTIMENT140_FIG6 = Sweep(

@@ -1,93 +1,75 @@
 """Checks of experiment settings, naming the setting as the user typed it (``--set lr=-1``).
 
-A short name for a part's field (``lr`` for every algorithm's ``client_lr``) is checked by that
-field's own annotation (:data:`ALIASES`, the one source of truth the Python API checks too);
-each other setting of an experiment's own (rounds, the data split, the availability pattern)
-has one rule in :data:`RULES`; a setting neither knows is checked by the library call it feeds;
-a part's field by its dotted name (``fedbuff.history``) is checked when it is applied
-(:mod:`fedjax_avail.experiments._parts`). A setting whose value must be one of a fixed set has its
-choices in :data:`CHOICES` (or an experiment's own ``choices``): the checks here and the
-settings listed by ``describe`` and ``run NAME --help`` read them from there.
+A setting that feeds a field of the experiment's parts (``lr`` for every algorithm's
+``client_lr``: its :class:`~fedjax_avail.experiments._parts.Part` declarations) is checked by
+that field's own annotation, the one source of truth the Python API checks too; each other
+setting of an experiment's own (rounds, the data split, the availability pattern) by its
+annotation in :data:`SETTINGS`, in the same layer (:mod:`fedjax_avail._checks`); a setting
+neither knows is checked by the library call it feeds; a part's field by its dotted name
+(``fedbuff.history``) is checked when it is applied (:mod:`fedjax_avail.experiments._parts`).
+A setting whose value must be one of a fixed set has its choices in :data:`CHOICES` (or an
+experiment's own ``choices``): the checks here and the settings listed by ``describe`` and
+``run NAME --help`` read them from there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from fedjax_avail._checks import check_value, field_hints, is_int, is_real
-from fedjax_avail.algorithms import WKAFL, FedAvg, FedBuff
-from fedjax_avail.clock import LogNormal
+from fedjax_avail._checks import (
+    Annotated,
+    Count,
+    Fraction,
+    Positive,
+    Range,
+    Seed,
+    check_value,
+    field_hints,
+)
 from fedjax_avail.inputs import MAX_ROUNDS
-from fedjax_avail.selection import PHIS, DivFL, SubTrunc, UnionFL
+from fedjax_avail.selection import PHIS
 from fedjax_avail.tables import TABLE_DTYPES
 
-
-def _int(low: int, high: int | None = None) -> tuple[str, Callable[[Any], bool]]:
-    text = f"an integer >= {low}" if high is None else f"an integer in [{low}, {high})"
-    return text, lambda v: is_int(v) and v >= low and (high is None or v < high)
-
-
-def _real(text: str, test: Callable[[float], bool]) -> tuple[str, Callable[[Any], bool]]:
-    def check(v: Any) -> bool:
-        return is_real(v) and test(float(v))
-
-    return text, check
-
-
-# Short names of a part's field, checked by the field's annotation: setting -> (class, field).
-ALIASES: dict[str, tuple[type, str]] = {
-    "lr": (FedAvg, "client_lr"),
-    "server_lr": (FedAvg, "server_lr"),
-    "local_steps": (FedAvg, "local_steps"),
-    "batch_size": (FedAvg, "batch_size"),
-    "clients_per_round": (FedAvg, "clients_per_round"),
-    "mu": (FedAvg, "mu"),
-    "history": (FedBuff, "history"),
-    "concurrency": (FedBuff, "concurrency"),
-    "wkafl_lr": (WKAFL, "client_lr"),
-    "duration_mean": (LogNormal, "mean"),
-    "duration_sigma": (LogNormal, "sigma"),
-    "speed_sigma": (LogNormal, "sigma"),
-    "lam": (SubTrunc, "lam"),
-    "b": (SubTrunc, "b"),
-    "window": (UnionFL, "window"),
-    "candidates": (DivFL, "candidates"),
+# The experiments' own settings (no part's field takes them as they are), each with the
+# annotation that checks it, in the annotation layer the Python API checks with
+# (:mod:`fedjax_avail._checks`).
+SETTINGS: dict[str, Any] = {
+    "num_clients": Count,
+    "rounds": Annotated[int, Range(1, MAX_ROUNDS, high_open=True)],
+    "eval_every": Count,
+    "seed": Seed,
+    "E": Count,
+    "D": Count,
+    "alpha": Annotated[float, Range(0, 0.5)],
+    "mean_availability": Annotated[float, Range(0, 1, low_open=True, high_open=True)],
+    "markov_p_off": Fraction,
+    "rounds_per_hour": Count,
+    "labels": Count,
+    "min_size": Count,
+    "max_size": Count,
+    "p_on": Fraction,
+    "p_off": Fraction,
+    "beta": Fraction,
+    "classes": Count,
+    "poc_d": Count,
+    "seeds": tuple[Seed, ...],
+    "train_eval_examples": Count,
+    "async_eval_every": Count,
+    "max_virtual_time": Positive,
+    "algorithms": tuple[str, ...],
+    "data_dir": str,
+    "csv_path": str,
+    "glove_path": str,
+    "download": bool,
+    "max_len": Count,
+    "vocab_size": Count,
 }
-
-# The experiments' own settings (no part has them as a field).
-RULES: dict[str, tuple[str, Callable[[Any], bool]]] = {
-    "num_clients": _int(1),
-    "rounds": _int(1, MAX_ROUNDS),
-    "eval_every": _int(1),
-    "seed": _int(0, 2**32),
-    "E": _int(1),
-    "D": _int(1),
-    "alpha": _real("a number in [0, 0.5]", lambda v: 0 <= v <= 0.5),
-    "mean_availability": _real("a number in (0, 1)", lambda v: 0 < v < 1),
-    "markov_p_off": _real("a number in (0, 1]", lambda v: 0 < v <= 1),
-    "rounds_per_hour": _int(1),
-    "labels": _int(1),
-    "min_size": _int(1),
-    "max_size": _int(1),
-    "switch_round": _int(0),
-    "p_on": _real("a number in (0, 1]", lambda v: 0 < v <= 1),
-    "p_off": _real("a number in (0, 1]", lambda v: 0 < v <= 1),
-    "beta": _real("a number in (0, 1]", lambda v: 0 < v <= 1),
-    "classes": _int(1),
-    "poc_d": _int(1),
-    "seeds": ("a tuple of distinct integers in [0, 2^32), e.g. --set seeds=0,1,2,3,4",
-              lambda v: isinstance(v, tuple) and all(is_int(x) and 0 <= x < 2**32 for x in v)
-              and len(set(v)) == len(v)),
-    "train_eval_examples": _int(1),
-    "async_eval_every": _int(1),
-    "max_virtual_time": _real("a number > 0", lambda v: v > 0),
-    "algorithms": ("a non-empty list of distinct algorithm names, e.g. --set "
-                   "algorithms=fedavg,fedlaavg",
-                   lambda v: isinstance(v, tuple) and len(v) > 0
-                   and all(isinstance(x, str) and x for x in v) and len(set(v)) == len(v)),
-    "data_dir": ("a folder path (text), e.g. --set data_dir=~/data/mnist",
-                 lambda v: isinstance(v, str) and bool(v)),
+# What a refusal of these settings adds, to show the form a value takes.
+EXAMPLES = {
+    "seeds": "e.g. --set seeds=0,1,2,3,4",
+    "data_dir": "a folder path, e.g. --set data_dir=~/data/mnist",
+    "algorithms": "e.g. --set algorithms=fedavg,fedlaavg",
 }
 
 # Settings shared by several experiments whose value must be one of these; an experiment adds
@@ -163,26 +145,37 @@ def optional(defaults: Mapping[str, Any], key: str) -> bool:
 
 
 def check_settings(config: Mapping[str, Any], defaults: Mapping[str, Any],
-                   choices: Mapping[str, tuple[str, ...]] | None = None) -> None:
+                   choices: Mapping[str, tuple[str, ...]] | None = None,
+                   feeds: Mapping[str, list[tuple[type, str]]] | None = None) -> None:
     """Raises ValueError naming the first setting outside its allowed range or choices.
 
     A setting whose default is None may also be None (it then means the documented default
     behaviour, e.g. each method's own learning rate). ``choices``: setting -> its valid values
-    (for a tuple-valued setting such as ``algorithms``, each item's).
+    (for a tuple-valued setting such as ``algorithms``, each item's). ``feeds``: setting ->
+    the ``(class, field)`` pairs whose annotations check it (the experiment's parts:
+    :func:`fedjax_avail.experiments._parts.feeds`).
     """
     for key, value in config.items():
         if "." in key:  # a part's field: checked by its annotation when applied (_parts)
             continue
         if value is None and optional(defaults, key):
             continue
-        if key in ALIASES:
-            owner, field = ALIASES[key]
-            check_value(f"setting {key}", value, field_hints(owner)[field])
-        if key in RULES:
-            allowed, ok = RULES[key]
-            if not ok(value):
-                prefix = "None or " if optional(defaults, key) else ""
-                raise ValueError(f"setting {key} must be {prefix}{allowed}, got {value!r}")
+        hints = [field_hints(owner)[field] for owner, field in (feeds or {}).get(key, ())]
+        if key in SETTINGS:
+            hints.append(SETTINGS[key] | None if optional(defaults, key) else SETTINGS[key])
+        for hint in hints:
+            try:
+                check_value(f"setting {key}", value, hint)
+            except ValueError as error:
+                raise ValueError(f"{error} ({EXAMPLES[key]})" if key in EXAMPLES
+                                 else str(error)) from None
+        if key in ("data_dir", "csv_path", "glove_path") and not value.strip():
+            raise ValueError(f"setting {key} must be None or a path, got {value!r}")
+        if key == "seeds" and len(set(value)) < len(value):
+            raise ValueError(f"setting seeds must list distinct seeds, got {value!r}")
+        if key == "algorithms" and (not value or len(set(value)) < len(value)):
+            raise ValueError("setting algorithms must be a non-empty list of distinct algorithm "
+                             f"names, e.g. --set algorithms=fedavg,fedlaavg, got {value!r}")
         if choices and key in choices:
             check_choice(key, value, choices[key])
     if config.get("poc_d") is not None and "num_clients" in config:
@@ -214,7 +207,7 @@ def check_choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
 
 
 def clients_per_round(config: Mapping[str, Any]) -> int:
-    """K: ``round(beta * num_clients)`` when ``beta`` is set, else ``clients_per_round``."""
+    """K: round(beta * num_clients) when beta is set, else clients_per_round."""
     if config.get("beta") is not None:
         return int(round(config["beta"] * config["num_clients"]))
     return int(config["clients_per_round"])

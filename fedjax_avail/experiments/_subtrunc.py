@@ -17,35 +17,55 @@ DivFL picks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fedjax_avail import algorithms, availability, data, selection, tasks
 from fedjax_avail.experiments._experiment import Experiment, Setup
 from fedjax_avail.experiments._fedlaavg import load_mnist_for
+from fedjax_avail.experiments._parts import Setting, build_parts, part
 from fedjax_avail.experiments._settings import check_choice
 from fedjax_avail.experiments._sweep import Sweep
 from fedjax_avail.selection import NORMALIZE as SCALINGS
 
-METHODS = ("random", "poc", "divfl", "subtrunc", "unionfl")
 MODELS = ("lenet", "lr")
 NORMALIZE = (*SCALINGS, "none")  # the setting normalize's values; none: G as written
 
 
+def _normalize(config: Mapping[str, Any]) -> str | None:
+    """normalize, "none" read as None (G as written)."""
+    return None if config["normalize"] == "none" else config["normalize"]
+
+
+def _poc_d(config: Mapping[str, Any]) -> int:
+    """poc_d, None read as num_clients (every client a candidate)."""
+    return config["poc_d"] or config["num_clients"]
+
+
+_R = Setting("candidates")
+_NORMALIZED = Setting("normalize", read=_normalize)
+# The selection strategies compared (each runs FedAvg), as data.
+SELECTIONS = {
+    "random": part(selection.Uniform),
+    "poc": part(selection.PowerOfChoice, d=Setting("poc_d", read=_poc_d)),
+    "divfl": part(selection.DivFL, candidates=_R),
+    "subtrunc": part(selection.SubTrunc, candidates=_R, lam=Setting("lam"), b=Setting("b"),
+                     phi=Setting("phi"), normalize=_NORMALIZED),
+    "unionfl": part(selection.UnionFL, candidates=_R, mu=Setting("mu"),
+                    window=Setting("window"), normalize=_NORMALIZED),
+}
+_COMMON = dict(clients_per_round=Setting("clients_per_round"),
+              local_steps=Setting("local_steps"), batch_size=Setting("batch_size"),
+              client_lr=Setting("lr"))
+PARTS = {name: part(algorithms.FedAvg, **_COMMON, selection=choice)
+         for name, choice in SELECTIONS.items()}
+METHODS = tuple(PARTS)
+
+
 def strategy(name: str, config: dict[str, Any]):
     """The selection strategy ``name`` with the config's parameters."""
-    normalize = None if config["normalize"] == "none" else config["normalize"]
-    table = {
-        "random": lambda: selection.Uniform(),
-        "poc": lambda: selection.PowerOfChoice(config["poc_d"] or config["num_clients"]),
-        "divfl": lambda: selection.DivFL(config["candidates"]),
-        "subtrunc": lambda: selection.SubTrunc(config["candidates"], lam=config["lam"],
-                                               b=config["b"], phi=config["phi"],
-                                               normalize=normalize),
-        "unionfl": lambda: selection.UnionFL(config["candidates"], mu=config["mu"],
-                                             window=config["window"], normalize=normalize),
-    }
     check_choice("algorithms", (name,), METHODS)
-    return table[name]()
+    return SELECTIONS[name].build(config)
 
 
 def _build(config: dict[str, Any]) -> Setup:
@@ -56,12 +76,8 @@ def _build(config: dict[str, Any]) -> Setup:
                                           k=config["classes"], seed=config["seed"])
     task = tasks.lenet5((28, 28, 1)) if config["model"] == "lenet" else (
         tasks.logistic_regression(784, 10))
-    common = dict(clients_per_round=config["clients_per_round"],
-                  local_steps=config["local_steps"], batch_size=config["batch_size"],
-                  client_lr=config["lr"])
-    algs = {name: algorithms.FedAvg(**common, selection=strategy(name, config))
-            for name in config["algorithms"]}
-    return Setup(task, fd, client_test, availability.AlwaysOn(), algs, window=config["rounds"])
+    return Setup(task, fd, client_test, availability.AlwaysOn(), build_parts(PARTS, config),
+                 window=config["rounds"])
 
 
 SUBTRUNC_MNIST = Experiment(
@@ -82,7 +98,8 @@ SUBTRUNC_MNIST = Experiment(
                            "SubTrunc then nearly always picks what DivFL picks)",
               "algorithms": "the selection strategies compared (each with FedAvg), in this "
                             "order"},
-    choices={"algorithms": METHODS, "model": MODELS, "normalize": NORMALIZE},
+    choices={"model": MODELS, "normalize": NORMALIZE},
+    parts=PARTS,
     measured=(
         "`fedjax-avail run subtrunc-mnist --set model=lr --set lr=0.1` (2026-11-25, 2-core CPU, "
         "1.3 min; docs/results/subtrunc-mnist-lr): test acc / client dissimilarity [%], mean +- "

@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from fedjax_avail import algorithms, availability, clock, data, selection, tasks
+from fedjax_avail import algorithms, availability, data, selection, tasks
+from fedjax_avail.experiments._async import DURATIONS, LOCAL
 from fedjax_avail.experiments._experiment import Experiment, Setup
 from fedjax_avail.experiments._fedlaavg import load_mnist_for
-from fedjax_avail.experiments._settings import check_choice
+from fedjax_avail.experiments._parts import Setting, build_parts, part
 from fedjax_avail.history import History
 
-ALGORITHMS = ("fedavg", "fedlaavg", "divfl", "fedbuff", "wkafl")
 ASYNCHRONOUS = ("fedbuff", "wkafl")
 TARGETS = (0.85, 0.90)
 
@@ -41,33 +41,25 @@ def time_to_accuracy(history: History, targets: tuple[float, ...] = TARGETS
     return out
 
 
-def _algorithms(config: dict[str, Any], num_clients: int) -> dict[str, Any]:
-    check_choice("algorithms", tuple(config["algorithms"]), ALGORITHMS)
-    k = config["clients_per_round"]
-    speed = np.exp(np.random.default_rng(config["seed"]).normal(0, config["speed_sigma"],
-                                                                num_clients))
-    durations = clock.LogNormal(config["duration_mean"], config["duration_sigma"], speed=speed)
-    local = dict(local_steps=config["local_steps"], batch_size=config["batch_size"],
-                 client_lr=config["lr"])
-    factories = {
-        "fedavg": lambda: algorithms.FedAvg(clients_per_round=k, durations=durations, **local),
-        "fedlaavg": lambda: algorithms.FedLaAvg(clients_per_round=k, durations=durations,
-                                                **local),
-        "divfl": lambda: algorithms.FedAvg(clients_per_round=k, durations=durations,
-                                           selection=selection.DivFL(), **local),
-        "fedbuff": lambda: algorithms.FedBuff(buffer_size=k, concurrency=config["concurrency"],
-                                              durations=durations, **local),
-        "wkafl": lambda: algorithms.WKAFL(clients_per_round=k, concurrency=config["concurrency"],
-                                          durations=durations, client_lr=config["wkafl_lr"]),
-    }
-    return {name: factories[name]() for name in config["algorithms"]}
+_K = Setting("clients_per_round")
+PARTS = {
+    "fedavg": part(algorithms.FedAvg, clients_per_round=_K, **LOCAL),
+    "fedlaavg": part(algorithms.FedLaAvg, clients_per_round=_K, **LOCAL),
+    "divfl": part(algorithms.FedAvg, clients_per_round=_K, selection=part(selection.DivFL),
+                  **LOCAL),
+    "fedbuff": part(algorithms.FedBuff, buffer_size=_K, concurrency=Setting("concurrency"),
+                    **LOCAL),
+    "wkafl": part(algorithms.WKAFL, clients_per_round=_K, concurrency=Setting("concurrency"),
+                  durations=DURATIONS, client_lr=Setting("wkafl_lr")),
+}
+ALGORITHMS = tuple(PARTS)
 
 
 def _build(config: dict[str, Any]) -> Setup:
     train, test = load_mnist_for(config)
     fd = data.one_label_per_client(train["x"], train["y"], config["num_clients"],
                                    seed=config["seed"])
-    algs = _algorithms(config, fd.num_clients)
+    algs = build_parts(PARTS, config)
     process = availability.diurnal(fd.client_labels(), D=config["D"], E=config["E"])
     eval_every = {name: config["async_eval_every"] for name in ASYNCHRONOUS}
     return Setup(tasks.logistic_regression(784, 10), fd, test, process, algs,
@@ -99,5 +91,5 @@ TIME_TO_ACCURACY_MNIST = Experiment(
         "wkafl_lr": "WKAFL's eta_0 (one gradient per job; logistic regression, as in "
                     "wkafl-mnist-table2 --set model=lr)",
     },
-    choices={"algorithms": ALGORITHMS},
+    parts=PARTS,
 )

@@ -11,6 +11,7 @@ runs a smaller model (the CNN takes about 0.25 s an iteration on 2 CPU cores).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ import numpy as np
 from fedjax_avail import algorithms, availability, data, tasks
 from fedjax_avail.experiments._experiment import Experiment, Setup
 from fedjax_avail.experiments._fedlaavg import load_mnist_for
+from fedjax_avail.experiments._parts import Part, Setting, build_parts, part
 from fedjax_avail.experiments._sweep import Sweep
 from fedjax_avail.history import History
 
@@ -29,8 +31,7 @@ ABLATIONS = {  # the ablation scripts also drop the CB clip (wkafl.md 7.6)
     "wkafl_no_staleness": dict(staleness_weighting=False, clipping=False),
     "wkafl_no_noniid": dict(alpha=0.0, clipping=False),
 }
-_CHOICES = {"algorithms": (*CODE_LR, *ABLATIONS), "model": MODELS,
-            "source": ("idx", "tfds", "emnist"), "init": tasks.INITS}
+_CHOICES = {"model": MODELS, "source": ("idx", "tfds", "emnist"), "init": tasks.INITS}
 _MEANINGS = {
     "clients_per_round": "K, the gradients each server update waits for (K-of-P)",
     "batch_size": "m, the examples of one gradient",
@@ -54,17 +55,31 @@ def stability(history: History, last: int = 10) -> dict[str, float]:
             "staleness_mean": float(staleness[-1])}
 
 
-def _algorithm(name: str, config: dict[str, Any]) -> algorithms.Algorithm:
-    base = "wkafl" if name.startswith("wkafl") else name
-    lr = CODE_LR[base] if config["lr"] is None else config["lr"]
-    common = dict(clients_per_round=config["clients_per_round"], batch_size=config["batch_size"],
-                  client_lr=lr, history=config["history"])
-    if base == "wkafl":
-        return algorithms.WKAFL(**common, switch_round=config["switch_round"],
-                                **ABLATIONS.get(name, {}))
-    classes = {"twafl": algorithms.TWAFL, "sasgd": algorithms.SASGD, "gsgm": algorithms.GSGM,
-               "kasync": algorithms.KAsyncSGD}
-    return classes[base](**common)
+def _lr(method: str) -> Setting:
+    """The setting lr, or ``method``'s learning rate in the authors' scripts where it is None."""
+    def lr_or_the_scripts(config: Mapping[str, Any]) -> float:
+        """lr, None read as the method's rate in the authors' scripts."""
+        return CODE_LR[method] if config["lr"] is None else config["lr"]
+
+    return Setting("lr", read=lr_or_the_scripts, checked_as=(algorithms.WKAFL, "client_lr"))
+
+
+def _method(kind: type, method: str, **fields: Any) -> Part:
+    return part(kind, clients_per_round=Setting("clients_per_round"),
+                batch_size=Setting("batch_size"), client_lr=_lr(method),
+                history=Setting("history"), **fields)
+
+
+# The methods compared and WKAFL's ablations (wkafl.md 7.6), as data.
+PARTS = {
+    "wkafl": _method(algorithms.WKAFL, "wkafl", switch_round=Setting("switch_round")),
+    "twafl": _method(algorithms.TWAFL, "twafl"),
+    "sasgd": _method(algorithms.SASGD, "sasgd"),
+    "gsgm": _method(algorithms.GSGM, "gsgm"),
+    "kasync": _method(algorithms.KAsyncSGD, "kasync"),
+    **{name: _method(algorithms.WKAFL, "wkafl", switch_round=Setting("switch_round"), **flags)
+       for name, flags in ABLATIONS.items()},
+}
 
 
 def _build(config: dict[str, Any]) -> Setup:
@@ -85,7 +100,7 @@ def _build(config: dict[str, Any]) -> Setup:
     if config["model"] == "cnn":
         fd = fd.replace(arrays={**fd.arrays, "x": fd.arrays["x"][..., None]})
         test = {**test, "x": test["x"][..., None]}
-    algs = {name: _algorithm(name, config) for name in config["algorithms"]}
+    algs = build_parts(PARTS, config)
     return Setup(task, fd, test, availability.AlwaysOn(), algs, window=config["rounds"],
                  summary=stability, x_axes=("round",))
 
@@ -102,6 +117,7 @@ WKAFL_MNIST = Experiment(
     build=_build,
     meanings=_MEANINGS,
     choices=_CHOICES,
+    parts=PARTS,
 )
 
 WKAFL_MNIST_TABLE2 = Sweep(
@@ -155,6 +171,7 @@ WKAFL_MNIST_ABLATION = Experiment(
     build=_build,
     meanings=_MEANINGS,
     choices=_CHOICES,
+    parts=PARTS,
     measured=(
         "`fedjax-avail run wkafl-mnist-ablation --set model=lr --set pixels=unit --set lr=0.05` "
         "(2026-11-22, P/K = 300): final test acc WKAFL 0.897, no selection 0.900, "
