@@ -335,6 +335,7 @@ def test_the_best_lines_name_each_algorithms_best_or_say_there_is_none():
         "best for sequential by time_to=0.9: lr=0.2 (5)"]
 
 
+@pytest.mark.slow  # over 6 s
 def test_real_valued_points_of_a_sweep_share_one_program(tmp_path, monkeypatch):
     grid = experiments.with_grid(experiments.DEFAULT, {"lr": [0.05, 0.2],
                                                       "fedlaavg.local_steps": [2, 5]})
@@ -347,8 +348,8 @@ def test_real_valued_points_of_a_sweep_share_one_program(tmp_path, monkeypatch):
             ] == [2, 2]
     # one simulate call per algorithm for three learning rates; each point as its own run
     calls = []
-    simulate = experiments._experiment.simulate
-    monkeypatch.setattr(experiments._experiment, "simulate",
+    simulate = experiments._run.simulate
+    monkeypatch.setattr(experiments._run, "simulate",
                         lambda *a, **k: calls.append(k["seed"]) or simulate(*a, **k))
     settings = {**SMALL, "algorithms": ("fedavg",)}
     grid = experiments.with_grid(experiments.DEFAULT, {"lr": [0.02, 0.2],
@@ -399,6 +400,7 @@ def test_a_diverging_point_of_a_shared_program_ends_as_its_own_run(tmp_path):
             == _csv(tmp_path / "a" / "metrics.csv"))
 
 
+@pytest.mark.slow  # over 6 s
 def test_a_shared_program_resumes_as_it_started(tmp_path, capsys):
     base = ["run", "--set", "algorithms=fedavg", "--set", "eval_every=3", "--no-progress",
             "--sweep", "lr=0.05,0.2"]
@@ -424,6 +426,7 @@ def test_a_shared_program_resumes_as_it_started(tmp_path, capsys):
     assert "run as one program, but only lr=0.05 started" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # over 6 s
 def test_a_stalled_point_is_recorded_and_the_others_run_on(mnist, tmp_path):
     # p_on ~ 0, p_off = 1: no client is ever available, FedBuff's first update never comes
     settings = {"algorithms": ("fedbuff",), "num_clients": 20, "rounds": 6, "eval_every": 3,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fedjax_avail import experiments
-from fedjax_avail.experiments import _experiment, _sweep
+from fedjax_avail.experiments import _folder, _sweep
 from fedjax_avail.history import History
 from fedjax_avail.plotting import plot_histories, run_title
 
@@ -31,11 +31,11 @@ def test_run_title_names_the_seeds_and_every_algorithm():
 
 def test_result_figures_are_titled_from_the_run_and_get_the_seeds(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(_experiment, "plot_histories",
+    monkeypatch.setattr(_folder, "plot_histories",
                         lambda *args, **kwargs: calls.append((args, kwargs)))
     experiment = SimpleNamespace(name="subtrunc-mnist", description="... over 5 seeds")
     per_seed = _per_seed()
-    _experiment._write_files(tmp_path, {}, per_seed, [], experiment,
+    _folder._write_files(tmp_path, {}, per_seed, [], experiment,
                              SimpleNamespace(x_axes=("round", "virtual_time")), True, [3, 4])
     assert len(calls) == 2  # one figure per x axis
     for _, kwargs in calls:
@@ -56,7 +56,7 @@ def test_writing_figures_leaves_pyplot_and_its_backend_alone(tmp_path):
     matplotlib.use("svg")  # what a notebook's own backend stands for here: not Agg
     try:
         mine = plt.figure()
-        means = {name: _experiment.mean_history(runs) for name, runs in _per_seed().items()}
+        means = {name: _folder.mean_history(runs) for name, runs in _per_seed().items()}
         plot_histories(means, tmp_path / "h.png", spread=_per_seed())
         plot_grid({"a": means, "b": means}, tmp_path / "g.png")
         plot_availability(Markov(0.1, 0.2), 10, 20, path=tmp_path / "m.png")
@@ -70,7 +70,7 @@ def test_writing_figures_leaves_pyplot_and_its_backend_alone(tmp_path):
 
 def test_multi_seed_curves_get_a_min_max_band():
     per_seed = _per_seed()
-    means = {name: _experiment.mean_history(runs) for name, runs in per_seed.items()}
+    means = {name: _folder.mean_history(runs) for name, runs in per_seed.items()}
     figure = plot_histories(means, spread=per_seed)
     loss, accuracy, _legend_panel = figure.axes
     assert len(loss.collections) == len(accuracy.collections) == 2  # one band per algorithm

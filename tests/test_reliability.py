@@ -194,7 +194,7 @@ def test_tfds_extra_imports_the_real_download_path(tmp_path):
 def test_out_pointing_at_a_file_fails_before_compute(tmp_path, capsys, monkeypatch):
     target = tmp_path / "results.txt"
     target.write_text("not a directory")
-    monkeypatch.setattr(experiments._experiment, "simulate",
+    monkeypatch.setattr(experiments._run, "simulate",
                         lambda *a, **k: pytest.fail("simulated before checking --out"))
     assert cli.main(["run", "--set", "rounds=2", "--out", str(target), "--no-progress"]) == 2
     assert "exists and is not a directory" in capsys.readouterr().err

@@ -7,19 +7,7 @@ from fedjax_avail.experiments._availability_sweep import (
     AVAILABILITY_SWEEP_MNIST,
 )
 from fedjax_avail.experiments._compare import compare_runs, read_histories, read_runs
-from fedjax_avail.experiments._experiment import (
-    DEFAULT_CHECKPOINT_SECONDS,
-    RESUMABLE,
-    Experiment,
-    RunOutcome,
-    Setup,
-    parse_value,
-    plan,
-    program_shape,
-    run,
-    run_together,
-    shared_program,
-)
+from fedjax_avail.experiments._experiment import Experiment, Setup, parse_value
 from fedjax_avail.experiments._fedlaavg import (
     DEFAULT,
     FEDLAAVG_MNIST,
@@ -27,8 +15,17 @@ from fedjax_avail.experiments._fedlaavg import (
     FEDLAAVG_MNIST_FIG5_BETA,
     FEDLAAVG_MNIST_FIG5_N,
 )
+from fedjax_avail.experiments._folder import RESUMABLE
 from fedjax_avail.experiments._parts import Part, Setting, describe_parts, part
 from fedjax_avail.experiments._parts import describe_fields as part_settings
+from fedjax_avail.experiments._programs import program_shape, shared_program
+from fedjax_avail.experiments._run import (
+    DEFAULT_CHECKPOINT_SECONDS,
+    RunOutcome,
+    plan,
+    run,
+    run_together,
+)
 from fedjax_avail.experiments._sentiment140 import (
     FEDLAAVG_SENTIMENT140,
     FEDLAAVG_SENTIMENT140_FIG6,

@@ -8,7 +8,7 @@ import textwrap
 from collections import defaultdict
 from pathlib import Path
 
-from fedjax_avail.experiments._experiment import mean_history
+from fedjax_avail.experiments._folder import mean_history
 from fedjax_avail.history import History
 from fedjax_avail.plotting import plot_histories
 

@@ -15,19 +15,10 @@ from fedjax_avail._io import atomic_write_text, check_writable_dir
 from fedjax_avail._lock import DirectoryLock
 from fedjax_avail._provenance import provenance
 from fedjax_avail.experiments import _parts
-from fedjax_avail.experiments._experiment import (
-    Experiment,
-    ProgramShape,
-    RunOutcome,
-    check_algorithms,
-    check_fresh,
-    csv_rows,
-    program_shape,
-    resumable_settings,
-    run_together,
-    seeds_of,
-    shared_program,
-)
+from fedjax_avail.experiments._experiment import Experiment, seeds_of
+from fedjax_avail.experiments._folder import check_fresh, csv_rows, resumable_settings
+from fedjax_avail.experiments._programs import ProgramShape, program_shape, shared_program
+from fedjax_avail.experiments._run import RunOutcome, check_algorithms, run_together
 from fedjax_avail.history import History
 from fedjax_avail.plotting import plot_grid, plot_histories, run_title
 from fedjax_avail.runs import same
