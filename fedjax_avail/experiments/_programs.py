@@ -34,9 +34,15 @@ class ProgramShape(NamedTuple):
     availability: AvailabilityProcess
 
 
+def fixed_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of ``config`` that points sharing a program must share: all but the real
+    numbers (``float``)."""
+    return {k: v for k, v in config.items() if type(v) is not float}
+
+
 def program_shape(config: Mapping[str, Any], setup: Setup) -> ProgramShape:
     """The :class:`ProgramShape` of a point (its checked ``config`` and its ``setup``)."""
-    settings = {k: v for k, v in config.items() if type(v) is not float}
+    settings = fixed_settings(config)
     rest = fingerprint(setup._replace(algorithms={}, availability=None, window=0,
                                       window_of=None))
     return ProgramShape(settings, rest, dict(setup.algorithms), setup.availability)

@@ -17,7 +17,12 @@ from fedjax_avail._provenance import provenance
 from fedjax_avail.experiments import _parts
 from fedjax_avail.experiments._experiment import Experiment, seeds_of
 from fedjax_avail.experiments._folder import check_fresh, csv_rows, resumable_settings
-from fedjax_avail.experiments._programs import ProgramShape, program_shape, shared_program
+from fedjax_avail.experiments._programs import (
+    ProgramShape,
+    fixed_settings,
+    program_shape,
+    shared_program,
+)
 from fedjax_avail.experiments._run import RunOutcome, check_algorithms, run_together
 from fedjax_avail.history import History
 from fedjax_avail.plotting import plot_grid, plot_histories, run_title
@@ -229,8 +234,8 @@ def programs(sweep: Sweep, panels: Mapping[str, Mapping[str, Any]]) -> list[list
     configs = {label: sweep.base.config(panel) for label, panel in panels.items()}
     candidates: dict[str, list[str]] = {}  # by the settings that are not real numbers
     for label, config in configs.items():
-        plain = {k: v for k, v in config.items() if type(v) is not float}
-        candidates.setdefault(json.dumps(plain, sort_keys=True, default=str), []).append(label)
+        key = json.dumps(fixed_settings(config), sort_keys=True, default=str)
+        candidates.setdefault(key, []).append(label)
     groups = []
     for labels in candidates.values():
         shared: list[tuple[ProgramShape, list[str]]] = []  # each program's first shape
