@@ -52,6 +52,7 @@ def machine_info() -> dict[str, Any]:
         "jax_version": jax.__version__,
         "jax_backend": jax.default_backend(),
         "jax_devices": [str(d) for d in jax.devices()],
+        "jax_device_kind": jax.devices()[0].device_kind,  # "NVIDIA H100 80GB HBM3", "cpu"
     }
 
 

@@ -8,7 +8,7 @@ and fast phases of a noisy machine fall on both alike. Each measurement is one
 (compilation and evaluation excluded), ``compile_s`` reported apart; the first repeat's final
 models of the two trees are compared (``final_models_identical``, and the largest difference).
 
-Setting: the FedLaAvg Fig. 2 MNIST benchmark (``fedlaavg_mnist.py``: N = 1000 one-digit clients,
+Setting: the FedLaAvg Fig. 4 MNIST benchmark (``fedlaavg_mnist.py``: N = 1000 one-digit clients,
 logistic regression, diurnal availability D = 1, E = 100, K = 100, C = 10, B = 5, lr 0.01),
 for FedAvg and FedLaAvg (``--algorithms`` also takes ``fedavg_divfl``: FedAvg with DivFL's
 selection, ``fedavg_poc``: with Power-of-Choice, d = N; ``fedavg_lenet5`` and ``fedavg_cnn``:

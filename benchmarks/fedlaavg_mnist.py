@@ -1,4 +1,4 @@
-"""Benchmark: FedLaAvg on MNIST (FedLaAvg Fig. 2 setting), vectorised engine vs. a per-client loop.
+"""Benchmark: FedLaAvg on MNIST (FedLaAvg Fig. 4 setting), vectorised engine vs. a per-client loop.
 
 Setting (Yan et al., arXiv 2002.07399, Sec. 6.1): N = 1000 clients holding one digit each, a
 784x10 logistic regression, diurnal availability with D = 1 and E = 100 (digit-0 clients in rounds
@@ -49,7 +49,7 @@ from fedjax_avail.evaluation import make_evaluator
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "fedlaavg_mnist.json"
 
-# The FedLaAvg Fig. 2 MNIST setting.
+# The FedLaAvg Fig. 4 MNIST setting.
 NUM_CLIENTS = 1000
 DIGITS_FIRST_GROUP = 1  # D
 PHASE_ROUNDS = 100  # E

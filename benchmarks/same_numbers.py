@@ -160,13 +160,17 @@ def differences(before, after) -> list[str]:
     return found
 
 
-def main(argv: list[str] | None = None) -> dict:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ref", default="HEAD", help="git revision to compare against")
     parser.add_argument("--only", default="", help="comma-separated configurations")
     parser.add_argument("--out", type=Path,
                         default=REPO_ROOT / "benchmarks" / "results" / "same_numbers.json")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         archive = subprocess.run(["git", "archive", args.ref], cwd=REPO_ROOT, check=True,
                                  capture_output=True).stdout

@@ -1,7 +1,7 @@
 """fedjax_avail: a JAX federated-learning simulator for intermittent client availability.
 
 All N clients live on a leading array axis; a round is a pure function, a run is a compiled
-``lax.scan`` over rounds. See ``README.md`` and ``DESIGN.md`` for the architecture.
+``lax.scan`` over rounds. See ``README.md`` and ``docs/guide/architecture.md`` for the architecture.
 """
 
 from fedjax_avail import (

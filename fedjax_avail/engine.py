@@ -147,7 +147,7 @@ def simulate(
         evaluation's or checkpoints' cadence, ``client_chunk`` or a resume. A list of seeds
         runs them all in one compiled program (a runs axis over the whole state, the data
         shared; ``runs_layout``) and returns a list of :class:`Result`, one per seed, each
-        equal to ``simulate(..., seed=s)`` (see the README for the tolerance). ``algorithm``
+        equal to ``simulate(..., seed=s)`` (bit for bit on a CPU: ``runs_layout``). ``algorithm``
         and ``availability`` may also be lists, aligned with the seeds run by run
         (:mod:`fedjax_avail.runs`: real-valued hyperparameters and availability parameters in
         one program).
@@ -199,7 +199,8 @@ def simulate(
         ``"cohort"``: each round's local training is split over it, K / D members a device
         (:func:`fedjax_avail.cohort.map_cohort`), the rest replicated; on a CPU,
         ``jax.config.update("jax_num_cpu_devices", cores)`` before JAX starts makes each core a
-        device. Results equal a single device's up to float reordering (README).
+        device. Results equal a single device's up to float reordering
+        (``tests/test_sharding.py``).
       runs_layout: how several runs share the compiled program
         (:func:`fedjax_avail.runs.runs_layout`): ``"vmap"`` batches them into every
         operation (accelerators: S runs in about one's time); ``"loop"`` compiles one run's
@@ -210,7 +211,7 @@ def simulate(
         them one after the other inside each compiled round (a ``lax.map``); ``"auto"``
         (default): ``"loop"`` on a CPU, ``"map"`` on a CPU with a mesh, ``"vmap"`` on
         accelerators. ``"vmap"`` and ``"map"`` evaluate the runs batched, so their ``history``
-        and models equal a separate run's up to float reordering (README).
+        and models equal a separate run's up to float reordering (``tests/test_runs.py``).
       progress: show progress: rounds/s and ETA from the round time (compile excluded), the
         training loss; a bar on a terminal, a line every 30 s otherwise.
       desc: the progress bar's label.

@@ -27,7 +27,7 @@ def cohort_mesh(devices: int) -> Any:
     On a CPU, ask JAX for that many devices first (one per core is the useful number), before
     any JAX computation: ``jax.config.update("jax_num_cpu_devices", 2)``. XLA:CPU runs the
     cohort's small batched matrix products on about one core, so this is how a multi-core CPU
-    is used (measured: FedAvg on MNIST, K = 100, 2.07x faster on 2 cores; README, Speed).
+    is used (measured: ``docs/guide/performance.md``, the devices table).
 
     Raises:
       ValueError: fewer than ``devices`` devices, or ``devices`` < 1.

@@ -226,8 +226,8 @@ def test_no_checkpoint_keep_and_seconds_that_add_up_across_resumes(tmp_path):
         assert after["seconds"] >= 0.9 * before["seconds"] > 0
 
 
-def test_the_readme_callback_example_runs_and_stops_at_its_target(tmp_path, monkeypatch):
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+def test_the_guide_callback_example_runs_and_stops_at_its_target(tmp_path, monkeypatch):
+    text = (Path(__file__).resolve().parents[1] / "docs" / "guide" / "use.md").read_text()
     block = re.search(r"```python\n(class Log\(fa\.callbacks\.Callback\):.*?)```", text,
                       re.S).group(1)
     logged = []
@@ -240,7 +240,7 @@ def test_the_readme_callback_example_runs_and_stops_at_its_target(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     scope = dict(fa=fa, task=task, fd=fd, algorithm=algorithm, availability=availability,
                  test=test, tracker=Tracker())
-    exec(block.replace("rounds=2000", "rounds=300"), scope)  # noqa: S102 (the README's code)
+    exec(block.replace("rounds=2000", "rounds=300"), scope)  # noqa: S102 (the guide's code)
     result = scope["result"]
     assert result.stopped == "reached 85% test accuracy"
     assert [step for step, _ in logged] == result.history["round"].tolist()

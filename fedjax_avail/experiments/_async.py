@@ -73,8 +73,6 @@ ASYNC_MNIST = Experiment(
               "rounds": "the server updates to run (FedAsync runs rounds * K, one job each)"},
     parts=PARTS,
     measured=(
-        "`fedjax-avail run async-mnist` (2026-11-22, 2-core CPU): final test acc / virtual time "
-        "/ mean staleness: fedavg 0.907 / 2937 / 0, fedbuff 0.909 / 122 / 7.3, fedasync (10,000 "
-        "updates) 0.888 / 207 / 31.4."
+        "docs/reproducing.md, FedBuff analysis, from docs/results/async-mnist/"
     ),
 )

@@ -94,9 +94,7 @@ AVAILABILITY_SWEEP_MNIST = Sweep(
     base=AVAILABILITY_MNIST,
     settings={name: {"process": name} for name in PROCESSES},
     measured=(
-        "`fedjax-avail run availability-sweep-mnist --set rounds=1000` (2026-11-21): final train "
-        "loss fedavg / fedprox / fedlaavg / sequential: bernoulli 0.367 / 0.370 / 0.367 / 0.241, "
-        "markov 0.369 / 0.372 / 0.366, label-correlated 0.421 / 0.426 / 0.367, periodic "
-        "0.371 / 0.374 / 0.366, hour-of-day 0.368 / 0.371 / 0.365."
+        "docs/reproducing.md, Beyond the papers (--set rounds=1000), from "
+        "docs/results/availability-sweep-mnist/"
     ),
 )

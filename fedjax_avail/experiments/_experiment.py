@@ -57,7 +57,8 @@ class Experiment:
       description: one line, shown by ``fedjax-avail list``.
       defaults: every setting with its default; ``--set key=value`` may override any of them.
       build: ``config -> Setup``.
-      measured: the recorded outcome of the default run and the command that produced it.
+      measured: where its recorded outcome is: the page and section that show it, and the
+        results folder under ``docs/results/`` its tables are generated from.
       meanings: setting -> one line on what it does here, where the shared ``MEANINGS`` line
         (``experiments/_settings.py``) does not fit this experiment.
       choices: setting -> its valid values, added to (or replacing) the shared ``CHOICES``.

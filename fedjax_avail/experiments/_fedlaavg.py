@@ -98,9 +98,7 @@ DEFAULT = Experiment(
     build=_build_digits,
     parts=PARTS,
     measured=(
-        "`fedjax-avail run` (2026-11-22, 2-core CPU, ~10 s): final train loss / test acc / "
-        "amplitude over the last 2E rounds: fedavg 0.304 / 0.919 / 0.107, "
-        "fedlaavg 0.196 / 0.967 / 0.008, sequential 0.046 / 0.975 / 0.002."
+        "README.md's first table, from docs/results/digits-diurnal/"
     ),
 )
 
@@ -116,10 +114,8 @@ FEDLAAVG_MNIST = Experiment(
     build=_build_mnist,
     parts=PARTS,
     measured=(
-        "`fedjax-avail run fedlaavg-mnist` (2026-11-22, 2-core CPU, ~2.6 min): final train loss / "
-        "test acc / amplitude over the last 2E rounds: fedsgd 0.574 / 0.876 / 0.151, "
-        "fedavg 0.395 / 0.895 / 0.371 (period 202 rounds), fedprox 0.395 / 0.895 / 0.363, "
-        "fedlaavg 0.331 / 0.914 / 0.006, sequential 0.232 / 0.926 / 0.002."
+        "docs/reproducing.md, FedLaAvg Fig. 4 / 8 (its E=100, D=1 row), from "
+        "docs/results/fedlaavg-mnist-fig4/"
     ),
 )
 
@@ -138,10 +134,7 @@ FEDLAAVG_MNIST_FIG4 = Sweep(
     },
     defaults=dict(algorithms=FIG4_ALGORITHMS),
     measured=(
-        "`fedjax-avail run fedlaavg-mnist-fig4` (2026-11-21, ~20 min on 2 shared cores): FedAvg / "
-        "FedLaAvg amplitude over the last 2E rounds 49x (E=100, D=3), 17x (100, 5), 48x (50, 1), "
-        "61x (100, 1), 15x (200, 1); FedLaAvg (C=10) final train loss 0.328-0.363 against "
-        "sequential SGD's 0.234. Full table in README.md."
+        "docs/reproducing.md, FedLaAvg Fig. 4 / 8, from docs/results/fedlaavg-mnist-fig4/"
     ),
 )
 
@@ -152,7 +145,9 @@ FEDLAAVG_MNIST_FIG5_N = Sweep(
     settings=N_SETTINGS,
     defaults=dict(algorithms=("fedlaavg",)),
     overlay=True,
-    measured="2026-11-21: final train loss 0.330 / 0.330 / 0.331 for N = 200 / 500 / 1000.",
+    measured=(
+        "docs/reproducing.md, FedLaAvg Fig. 5 / 9, from docs/results/fedlaavg-mnist-fig5-n/"
+    ),
 )
 
 FEDLAAVG_MNIST_FIG5_BETA = Sweep(
@@ -163,7 +158,7 @@ FEDLAAVG_MNIST_FIG5_BETA = Sweep(
     defaults=dict(algorithms=("fedlaavg",)),
     overlay=True,
     measured=(
-        "2026-11-21: final train loss 0.327 / 0.331 / 0.331 / 0.331 for beta = 0.05 / 0.1 / 0.2 / "
-        "0.5; beta = 0.05 oscillates strongly in the first 700 rounds."
+        "docs/reproducing.md, FedLaAvg Fig. 5 / 9, from "
+        "docs/results/fedlaavg-mnist-fig5-beta/"
     ),
 )

@@ -101,19 +101,8 @@ SUBTRUNC_MNIST = Experiment(
     choices={"model": MODELS, "normalize": NORMALIZE},
     parts=PARTS,
     measured=(
-        "`fedjax-avail run subtrunc-mnist --set model=lr --set lr=0.1` (2026-11-25, 2-core CPU, "
-        "1.3 min; docs/results/subtrunc-mnist-lr): test acc / client dissimilarity [%], mean +- "
-        "std over 5 seeds: random 89.86 +- 0.77 / 4.56 +- 1.28, poc 86.62 +- 1.36 / 6.54 +- "
-        "1.06, divfl 90.78 +- 0.09 / 3.55 +- 0.15, subtrunc 90.79 +- 0.07 / 3.44 +- 0.09, "
-        "unionfl 90.78 +- 0.19 / 3.64 +- 0.23 (paper, LeNet: 82.99 / 9.16, 82.42 / 8.59, 82.16 / "
-        "8.89, 83.72 / 7.96, 83.57 / 8.59). With --set normalize=none (G as eq. 13 writes it): "
-        "subtrunc 90.81 +- 0.13 / 3.58 +- 0.07, unionfl 90.72 +- 0.07 / 3.57 +- 0.11. The "
-        "default (LeNet) on one NVIDIA H200 (2026-11-26, one process per strategy, 12-65 s "
-        "each; docs/results/subtrunc-mnist-lenet): random 96.14 +- 1.05 / 2.79 +- 1.36, poc "
-        "96.87 +- 0.54 / 2.03 +- 0.20, divfl 96.75 +- 0.18 / 1.95 +- 0.26, subtrunc 96.01 +- "
-        "1.16 / 3.03 +- 1.51, unionfl 96.80 +- 0.22 / 1.93 +- 0.11; at round 20 (random at the "
-        "paper's 83.0 %) the means order subtrunc 5.68 < divfl 6.06 < random 11.00, subtrunc "
-        "below divfl in 2 of 5 seeds (docs/reproducing.md)."
+        "docs/reproducing.md, SubTrunc Table I, from docs/results/subtrunc-mnist-lenet/ (the "
+        "default, on a GPU) and docs/results/subtrunc-mnist-lr/ (--set model=lr --set lr=0.1)"
     ),
 )
 

@@ -51,7 +51,8 @@ class Sweep:
         ``base`` that the panels do not set themselves).
       overlay: draw every setting as one curve in a single panel (for one-algorithm sweeps such
         as Fig. 5's N and beta); otherwise one column per setting.
-      measured: the recorded outcome of the default run and the command.
+      measured: where its recorded outcome is: the page and section that show it, and the
+        results folder under ``docs/results/`` its tables are generated from.
     """
 
     name: str

@@ -91,5 +91,8 @@ TIME_TO_ACCURACY_MNIST = Experiment(
         "wkafl_lr": "WKAFL's eta_0 (one gradient per job; logistic regression, as in "
                     "wkafl-mnist-table2 --set model=lr)",
     },
+    measured=(
+        "docs/reproducing.md, FedBuff analysis, from docs/results/time-to-accuracy-mnist/"
+    ),
     parts=PARTS,
 )

@@ -130,13 +130,9 @@ WKAFL_MNIST_TABLE2 = Sweep(
         "P/K=300 (3000/10)": dict(num_clients=3000, clients_per_round=10),
     },
     measured=(
-        "The default (the paper's CNN) on one NVIDIA H200 (2026-11-26, JAX 0.11.2, one process "
-        "per algorithm; docs/results/wkafl-mnist-table2-cnn): final test acc WKAFL / TWAFL / "
-        "SASGD: P/K=100 0.9731 / 0.9674 / 0.9576, P/K=150 0.9707 / 0.9717 / 0.9610, P/K=300 "
-        "0.9581 / 0.9671 / 0.8790 (paper: 0.9734 / 0.962 / 0.9319, 0.9756 / 0.9649 / 0.8753, "
-        "0.9728 / 0.9572 / 0.8553); 12-41 s a setting and algorithm. With `--set model=lr --set "
-        "pixels=unit --set lr=0.05` (2026-11-22, 2-core CPU): P/K=100 0.882 / 0.898 / 0.872, "
-        "P/K=150 0.886 / 0.896 / 0.869, P/K=300 0.897 / 0.864 / 0.842."
+        "docs/reproducing.md, WKAFL Table II, from docs/results/wkafl-mnist-table2-cnn/ (the "
+        "default, on a GPU) and docs/results/wkafl-mnist-table2-lr/ (--set model=lr --set "
+        "pixels=unit --set lr=0.05)"
     ),
 )
 
@@ -148,15 +144,9 @@ WKAFL_MNIST_TABLE3 = Sweep(
     defaults=dict(num_clients=3000, clients_per_round=10,
                   algorithms=("wkafl", "twafl", "gsgm", "sasgd")),
     measured=(
-        "The default (the paper's CNN) on one NVIDIA H200 (2026-11-26, JAX 0.11.2; "
-        "docs/results/wkafl-mnist-table3-cnn): final test acc WKAFL / TWAFL / GSGM / SASGD: "
-        "L_num=1 0.9581 / 0.9671 / diverged / 0.8790, L_num=5 0.9605 / 0.9681 / diverged / "
-        "0.9405, L_num=10 0.9584 / 0.9660 / diverged / 0.9247 (paper: 0.9728 / 0.9572 / 0.9057 "
-        "/ 0.8553, 0.9754 / 0.9649 / 0.908 / 0.8753, 0.9658 / 0.9623 / 0.9075 / 0.8619). GSGM's "
-        "plain mean of true stale gradients at lr 0.005 overflows by iteration 950 (the authors' "
-        "clients track the live model: docs/reproducing.md). With `--set model=lr --set "
-        "pixels=unit --set lr=0.05` (2026-11-22, 2-core CPU): L_num=1 0.897 / 0.864 / 0.766 / "
-        "0.842, L_num=5 0.903 / 0.897 / 0.724 / 0.851, L_num=10 0.898 / 0.893 / 0.709 / 0.848."
+        "docs/reproducing.md, WKAFL Table III, from docs/results/wkafl-mnist-table3-cnn/ (the "
+        "default, on a GPU) and docs/results/wkafl-mnist-table3-lr/ (--set model=lr --set "
+        "pixels=unit --set lr=0.05)"
     ),
 )
 
@@ -173,8 +163,7 @@ WKAFL_MNIST_ABLATION = Experiment(
     choices=_CHOICES,
     parts=PARTS,
     measured=(
-        "`fedjax-avail run wkafl-mnist-ablation --set model=lr --set pixels=unit --set lr=0.05` "
-        "(2026-11-22, P/K = 300): final test acc WKAFL 0.897, no selection 0.900, "
-        "no staleness weighting 0.883 (train loss 1.41 vs 0.37), no momentum 0.898."
+        "docs/reproducing.md, WKAFL Fig. 5, from docs/results/wkafl-mnist-ablation-lr/ (--set "
+        "model=lr --set pixels=unit --set lr=0.05)"
     ),
 )
