@@ -25,15 +25,18 @@ import common  # noqa: E402  (docs/tables/)
 import subtrunc  # noqa: E402
 
 
-def _generate():
+def _load_generate():
     spec = importlib.util.spec_from_file_location("generate", DOCS / "generate.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
+generate = _load_generate()
+
+
 def test_every_generated_part_equals_what_its_results_give(capsys):
-    assert _generate().main(["--check"]) == 0, capsys.readouterr().out[-4000:]
+    assert generate.main(["--check"]) == 0, capsys.readouterr().out[-4000:]
 
 
 def test_a_changed_result_changes_its_table(tmp_path, monkeypatch):
@@ -55,7 +58,7 @@ def test_a_changed_result_changes_its_table(tmp_path, monkeypatch):
     assert after != before
     changed = [b for a, b in zip(before.splitlines(), after.splitlines(), strict=True) if a != b]
     assert any(line.startswith("| DivFL") for line in changed), changed
-    regenerated, names = _generate().regenerate(
+    regenerated, names = generate.regenerate(
         "<!-- generated: subtrunc-table1-lr -->\nold\n<!-- /generated -->\n")
     assert names == ["subtrunc-table1-lr"] and after in regenerated
 
@@ -68,11 +71,11 @@ SETTINGS = {"0.005", "0.003", "0.0005", "0.001", "2002.07399", "0.7.1", "0.11.2"
 
 
 def _outside_generated(text: str) -> str:
-    text = _generate().REGION.sub("", text)
+    text = generate.REGION.sub("", text)
     return re.sub(r"```.*?```", "", text, flags=re.S)
 
 
-@pytest.mark.parametrize("path", _generate().DOCUMENTS, ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize("path", generate.DOCUMENTS, ids=lambda p: str(p.relative_to(REPO)))
 def test_no_result_number_outside_a_generated_part(path):
     found = [(m.group(1), line.strip()[:100]) for line in _outside_generated(
         path.read_text()).splitlines() for m in RESULT.finditer(line)
@@ -81,7 +84,6 @@ def test_no_result_number_outside_a_generated_part(path):
 
 
 def test_every_generated_part_is_marked_in_a_document():
-    generate = _generate()
     shown = set()
     for path in generate.DOCUMENTS:
         shown.update(generate.region_names(path.read_text()))

@@ -22,9 +22,21 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
+from fedjax_avail.experiments._sweep import _slug
+
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "docs" / "results"
 BENCHMARKS = REPO / "benchmarks" / "results"
+
+
+# The GPU of the results written before the benchmarks and the runs' provenance recorded its
+# kind (the sessions' logs name them).
+GPU_BY_DATE = {"2026-11-22": "NVIDIA H100", "2026-11-26": "NVIDIA H200"}
+
+
+def panel(setting: str) -> str:
+    """The folder a sweep writes a panel's results to (the sweep's own naming)."""
+    return _slug(setting)
 
 
 def summary(folder: str | Path) -> list[dict]:
@@ -152,17 +164,3 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
 
-
-def dominant_period(rows: list[dict], column: str = "train_loss", skip: int = 0) -> float:
-    """The period (in rounds) of the strongest Fourier component of a detrended curve of
-    evenly spaced evaluations, the first `skip` rounds dropped; the transform is zero-padded
-    to 16 times the curve's length, so a period between the window's harmonics is found."""
-    import numpy as np
-
-    kept = [r for r in rows if r["round"] >= skip]
-    x = np.array([r["round"] for r in kept])
-    y = np.array([r[column] for r in kept])
-    y = y - np.polyval(np.polyfit(x, y, 1), x)
-    power = np.abs(np.fft.rfft(y, n=16 * len(y)))[1:]
-    frequencies = np.fft.rfftfreq(16 * len(y), d=x[1] - x[0])[1:]
-    return float(1.0 / frequencies[int(np.argmax(power))])

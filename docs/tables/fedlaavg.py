@@ -4,7 +4,10 @@ the supplement's FedAdam, the table dtypes, and the availability sweep (no paper
 
 from __future__ import annotations
 
-from common import dominant_period, histories, num, row, summary, table
+from common import histories, num, panel, row, summary, table
+
+from fedjax_avail.experiments import dominant_period
+from fedjax_avail.history import History
 
 ALGORITHMS = {"fedsgd": "FedSGD", "fedavg": "FedAvg", "fedprox": "FedProx",
               "fedlaavg_c1": "FedLaAvg C=1", "fedlaavg": "FedLaAvg C=10",
@@ -25,14 +28,10 @@ def fig4_ratios() -> list[float]:
             / row(rows, setting=s, algorithm="fedlaavg")["amplitude_last_window"] for s in FIG4]
 
 
-def _panel(setting: str) -> str:
-    return setting.replace("=", "_").replace(", ", "__")
-
-
 def fig4_periods() -> dict[str, float]:
     """FedAvg's dominant period of training loss in each setting, after round 400."""
-    return {s: dominant_period(histories(f"fedlaavg-mnist-fig4/{_panel(s)}")[("fedavg", 0)],
-                               skip=400) for s in FIG4}
+    return {s: dominant_period(History(histories(f"fedlaavg-mnist-fig4/{panel(s)}")[
+        ("fedavg", 0)]), skip=400) for s in FIG4}
 
 
 def fig4_claims() -> tuple[bool, str]:
@@ -72,7 +71,7 @@ def fig5() -> str:
         rows = [r for r in summary(folder) if r["algorithm"] == "fedlaavg"]
         for r in rows:
             early = max(h["train_loss"] for h in histories(f"{folder}/"
-                        f"{r['setting'].replace('=', '_')}")[("fedlaavg", 0)]
+                        f"{panel(r['setting'])}")[("fedlaavg", 0)]
                         if 200 <= h["round"] <= 700)
             body.append([r["setting"].replace("=", " = "), num(r["final_train_loss"], 3),
                          num(r["amplitude_last_window"], 3), num(early, 3),

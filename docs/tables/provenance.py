@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 import shlex
 
-from common import RESULTS, table
+from common import GPU_BY_DATE, RESULTS, table
 
-GPU_BEFORE_DEVICE_KIND = "NVIDIA H200"  # the GPU runs of 2026-11-26 (their session's log)
 OUTPUT_OPTIONS = {"--out", "--no-progress", "--no-checkpoint", "--overwrite"}
 
 
@@ -33,7 +32,7 @@ def index() -> str:
         if (folder.parent / "config.json").exists() and folder.parent != RESULTS:
             continue  # a sweep's panel: its sweep's row names it
         p = json.loads(config.read_text())["provenance"]
-        where = GPU_BEFORE_DEVICE_KIND if p["jax_backend"] == "gpu" else "CPU"
+        where = GPU_BY_DATE[p["utc_time"][:10]] if p["jax_backend"] == "gpu" else "CPU"
         commit = (p["git_commit"] or "")[:12] or "(an installed copy)"
         body.append([f"`{folder.relative_to(RESULTS)}/`", f"`{_command(p['command'])}`",
                      f"{where}, JAX {p['versions']['jax']}", commit, p["utc_time"][:16]])

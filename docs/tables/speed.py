@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from statistics import median
 
-from common import BENCHMARKS, table
+from common import BENCHMARKS, GPU_BY_DATE, table
 
 
 def _load(name: str) -> dict:
@@ -16,15 +16,10 @@ def _ms(seconds: float) -> str:
     return f"{seconds:.3g} s" if seconds >= 1 else f"{seconds * 1e3:.3g} ms"
 
 
-# The GPU of the results written before the benchmarks recorded `jax_device_kind` (the sessions'
-# logs in benchmarks/README.md name them).
-GPU_BEFORE_DEVICE_KIND = {"2026-11-22": "NVIDIA H100", "2026-11-26": "NVIDIA H200"}
-
-
 def _machine(d: dict) -> str:
     m = d["machine"]
     if m["jax_backend"] == "gpu":
-        where = m.get("jax_device_kind") or GPU_BEFORE_DEVICE_KIND[d["date"][:10]]
+        where = m.get("jax_device_kind") or GPU_BY_DATE[d["date"][:10]]
     else:
         where = f"{m['cpu_count']}-core CPU"
     return f"{where}, JAX {m['jax_version']}, {d['date'][:10]}"

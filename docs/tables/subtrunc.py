@@ -9,6 +9,7 @@ from common import (
     below_short,
     mean_std,
     num,
+    panel,
     per_seed,
     pm,
     rank,
@@ -110,8 +111,7 @@ SWEEPS = [
 
 
 def _sweep_point(folder: str, algorithm: str, key: str, value) -> dict[int, float]:
-    text = f"{key}={value}"
-    return per_seed(f"{folder}/{text.replace('=', '_')}", algorithm, CD)
+    return per_seed(f"{folder}/{panel(f'{key}={value}')}", algorithm, CD)
 
 
 def sweeps() -> str:

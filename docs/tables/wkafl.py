@@ -6,9 +6,7 @@ run's last 10 test accuracies (the paper's stability window, A_num = 10, L431)."
 
 from __future__ import annotations
 
-import re
-
-from common import agreement, last_evaluations, mean_std, num, row, summary, table
+from common import agreement, last_evaluations, mean_std, num, panel, row, summary, table
 
 NAMES = {"wkafl": "WKAFL", "twafl": "TWAFL", "gsgm": "GSGM", "sasgd": "SASGD"}
 # Table II (L476-484) and Table III (L488-496), EMNIST-MNIST: final accuracy [, stability].
@@ -21,10 +19,6 @@ TABLE3 = {"L_num=1": {"wkafl": (0.9728, 0.0060), "twafl": (0.9572, 0.0107),
                       "gsgm": (0.908, 0.0027), "sasgd": (0.8753, 0.0237)},
           "L_num=10": {"wkafl": (0.9658, 0.0036), "twafl": (0.9623, 0.0060),
                        "gsgm": (0.9075, 0.0018), "sasgd": (0.8619, 0.0206)}}
-
-
-def _panel(setting: str) -> str:
-    return re.sub(r"[^\w.]", "_", setting).strip("_")
 
 
 class Source:
@@ -42,7 +36,7 @@ class Source:
         return row(summary(self._base(algorithm)), setting=setting, algorithm=algorithm)
 
     def last10(self, algorithm: str, setting: str) -> list[float]:
-        return last_evaluations(f"{self._base(algorithm)}/{_panel(setting)}", algorithm,
+        return last_evaluations(f"{self._base(algorithm)}/{panel(setting)}", algorithm,
                                 "test_accuracy")
 
 
