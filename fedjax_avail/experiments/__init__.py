@@ -49,7 +49,10 @@ from fedjax_avail.experiments._sweep import (
     sweep_settings,
     with_grid,
 )
-from fedjax_avail.experiments._time_to_accuracy import TIME_TO_ACCURACY_MNIST
+from fedjax_avail.experiments._time_to_accuracy import (
+    TIME_TO_ACCURACY_MNIST,
+    TIME_TO_ACCURACY_STRAGGLERS_MNIST,
+)
 from fedjax_avail.experiments._wkafl import (
     WKAFL_MNIST,
     WKAFL_MNIST_ABLATION,
@@ -77,6 +80,7 @@ REGISTRY: dict[str, Experiment | Sweep] = {
         WKAFL_MNIST_ABLATION,
         ASYNC_MNIST,
         TIME_TO_ACCURACY_MNIST,
+        TIME_TO_ACCURACY_STRAGGLERS_MNIST,
         SUBTRUNC_MNIST,
         SUBTRUNC_MNIST_LAMBDA,
         SUBTRUNC_MNIST_WINDOW,

@@ -42,6 +42,7 @@ SETTINGS: dict[str, Any] = {
     "E": Count,
     "D": Count,
     "alpha": Annotated[float, Range(0, 0.5)],
+    "dirichlet_alpha": Positive,
     "mean_availability": Annotated[float, Range(0, 1, low_open=True, high_open=True)],
     "markov_p_off": Fraction,
     "rounds_per_hour": Count,
@@ -104,6 +105,8 @@ MEANINGS: dict[str, str] = {
     "data_dir": "the directory holding the data (none: $FEDJAX_AVAIL_MNIST_DIR for IDX files)",
     "table_dtype": "how FedLaAvg and MIFA store their [N, P] table of latest updates",
     "alpha": "label skew by hour of day, in [0, 0.5] (0: none)",
+    "dirichlet_alpha": "the Dirichlet concentration of each label's split over the clients "
+                       "(small: few labels per client)",
     "csv_path": "the authors' Sentiment140 CSV (none: TFDS sentiment140)",
     "download": "let TFDS download and prepare the data (false where offline)",
     "glove_path": "GloVe Twitter 25-d embeddings (none: a random trainable embedding)",
