@@ -7,8 +7,14 @@ from fedjax_avail.availability._dropout import (
     dropout,
     reports_of,
 )
+from fedjax_avail.availability._fedscale import (
+    example_fedscale_trace,
+    from_fedscale,
+    load_fedscale_pickle,
+)
 from fedjax_avail.availability._gaps import longest_gap, minimal_availability
 from fedjax_avail.availability._hour_of_day import HourOfDay
+from fedjax_avail.availability._intervals import Intervals, IntervalsState
 from fedjax_avail.availability._markov import Markov, MarkovState
 from fedjax_avail.availability._periodic import Periodic, diurnal
 from fedjax_avail.availability._plot import plot_availability
@@ -29,6 +35,8 @@ __all__ = [
     "Combined",
     "Dropout",
     "HourOfDay",
+    "Intervals",
+    "IntervalsState",
     "Markov",
     "MarkovState",
     "Periodic",
@@ -39,6 +47,9 @@ __all__ = [
     "diurnal",
     "dropout",
     "ended",
+    "example_fedscale_trace",
+    "from_fedscale",
+    "load_fedscale_pickle",
     "longest_gap",
     "minimal_availability",
     "plot_availability",

@@ -1,0 +1,161 @@
+"""Interval traces in seconds (issue 37): the FedScale rule against a plain reference, the
+plain-text format, FedScale's files and their malformed entries, the restricted unpickler."""
+
+import itertools
+import json
+import pickle
+
+import numpy as np
+import pytest
+from conftest import point_clients, quadratic_task
+from test_timeline import _read
+
+import fedjax_avail as fa
+
+AV = fa.availability
+
+
+def fedscale_is_active(entry: dict, seconds: float) -> bool:
+    """FedScale's rule written out (not the code under test): active when some
+    ``active[j] <= t mod finish_time <= inactive[j]``."""
+    t = seconds % entry["finish_time"]
+    return any(a <= t <= b for a, b in zip(entry["active"], entry["inactive"], strict=True))
+
+
+def reference_masks(trace: dict, num_clients: int, seconds_per_slot: int, slots) -> np.ndarray:
+    keys = list(trace)
+    return np.array([[fedscale_is_active(trace[keys[i % len(keys)]], s * seconds_per_slot)
+                      for i in range(num_clients)] for s in slots])
+
+
+def test_a_fedscale_trace_replays_the_rule_of_its_reference_exactly():
+    trace = AV.example_fedscale_trace(num_devices=37, days=3, seed=1)
+    process = AV.from_fedscale(trace, num_clients=50, seconds_per_slot=60)
+    slots = range(0, 3 * 1440 + 400, 7)  # past one period, so the repeat is read too
+    got = AV.sample(process, 50, max(slots) + 1)[list(slots)]
+    want = reference_masks(trace, 50, 60, slots)
+    np.testing.assert_array_equal(got, want)
+    assert 0.05 < want.mean() < 0.6  # the example has daily on/off cycles, not all or nothing
+
+
+def test_boundaries_are_closed_and_the_period_wraps():
+    trace = {"a": {"active": [60, 300], "inactive": [120, 300], "finish_time": 600},
+             "b": {"active": [], "inactive": [], "finish_time": 100}}
+    process = AV.from_fedscale(trace, num_clients=2, seconds_per_slot=60)
+    masks = AV.sample(process, 2, 21)
+    on = {s for s in range(21) if masks[s, 0]}
+    # slot s starts at 60 s: 60 and 120 are in [60, 120]; 300 is the point interval [300, 300]
+    assert on == {1, 2, 5, 11, 12, 15}
+    assert not masks[:, 1].any()  # a device with no interval is never available
+
+
+def test_a_jump_of_k_slots_reads_what_k_one_slot_steps_read():
+    trace = AV.example_fedscale_trace(num_devices=12, days=2, seed=3)
+    process = AV.from_fedscale(trace, num_clients=12, seconds_per_slot=600)
+    slots = [0, 1, 5, 6, 13, 29, 30, 47, 200, 287, 288, 400]
+    stepped = AV.sample(process, 12, 401)
+    np.testing.assert_array_equal(_read(process, 12, slots), stepped[slots])
+
+
+def test_played_once_no_one_is_available_after_the_last_interval():
+    process = AV.Intervals.from_lists([[(0, 2)], [(1, 5), (7, 9)]])
+    masks = AV.sample(process, 2, 12)
+    np.testing.assert_array_equal(masks[:, 0], [1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(masks[:, 1], [0, 1, 1, 1, 1, 1, 0, 1, 1, 1, 0, 0])
+    state = process.init(None, 2)
+    assert not AV.ended(process, state, 9) and AV.ended(process, state, 10)
+
+
+def test_the_plain_text_formats_give_the_same_process(tmp_path):
+    rows = [(0, 0, 50), (2, 10, 20), (0, 100, 130), (2, 40, 41)]
+    (tmp_path / "t.csv").write_text("client,start,end\n" + "".join(
+        f"{c},{s},{e}\n" for c, s, e in rows))
+    (tmp_path / "t.jsonl").write_text("".join(
+        json.dumps({"client": c, "start": s, "end": e}) + "\n" for c, s, e in rows))
+    want = AV.Intervals.from_lists([[(0, 50), (100, 130)], [], [(10, 20), (40, 41)]],
+                                   period=150, seconds_per_slot=5)
+    for name in ("t.csv", "t.jsonl"):
+        got = AV.Intervals.from_file(tmp_path / name, num_clients=3, period=150,
+                                     seconds_per_slot=5)
+        np.testing.assert_array_equal(AV.sample(got, 3, 70), AV.sample(want, 3, 70))
+
+
+@pytest.mark.parametrize("entry, words", [
+    ({"active": [0, 10], "inactive": [5], "finish_time": 100}, "active has 2 entries but "
+                                                                 "inactive has 1"),
+    ({"active": [10, 0], "inactive": [20, 5], "finish_time": 100}, "must be sorted"),
+    ({"active": [0, 10], "inactive": [15, 20], "finish_time": 100}, "must not overlap"),
+    ({"active": [5], "inactive": [1], "finish_time": 100}, "starts at 5 after it ends at 1"),
+    ({"active": [0], "inactive": [5], "finish_time": 0}, "'finish_time'] must be a number > 0"),
+    ({"active": [0], "inactive": [5]}, "has no 'finish_time'"),
+])
+def test_a_malformed_entry_is_refused_naming_the_key_and_field(entry, words):
+    with pytest.raises(ValueError, match=r"trace\['phone-7'\]") as error:
+        AV.from_fedscale({"ok": {"active": [0], "inactive": [1], "finish_time": 9},
+                          "phone-7": entry}, num_clients=4)
+    assert words in str(error.value)
+
+
+def test_bad_plain_text_is_refused_naming_the_file_and_line(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("client,start,end\n0,0,10\n5,0,10\n")
+    with pytest.raises(ValueError, match=r"bad.csv line 3: client 5 is outside 0..2"):
+        AV.Intervals.from_file(path, num_clients=3)
+    path.write_text("client,begin,end\n0,0,10\n")
+    with pytest.raises(ValueError, match=r"missing \['start'\]"):
+        AV.Intervals.from_file(path, num_clients=3)
+
+
+class _Bomb:
+    """Unpickling this calls ``open(marker, "w")``: it would create the marker file."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def test_a_pickle_carrying_a_callable_is_refused_and_nothing_runs(tmp_path):
+    marker = tmp_path / "ran"
+    path = tmp_path / "trace.pkl"
+    path.write_bytes(pickle.dumps({"d": {"active": [0], "inactive": [5], "finish_time": 9,
+                                         "model": _Bomb(marker)}}))
+    with pytest.raises(pickle.UnpicklingError, match="names io.open"):
+        AV.from_fedscale(path, num_clients=2)
+    assert not marker.exists()
+    pickle.loads(path.read_bytes())  # the bomb is real: plain unpickling runs it
+    assert marker.exists()
+
+
+def test_a_plain_pickle_loads_like_its_dict(tmp_path):
+    trace = AV.example_fedscale_trace(num_devices=5, days=1, seed=2)
+    path = tmp_path / "trace.pkl"
+    path.write_bytes(pickle.dumps(trace))
+    a = AV.sample(AV.from_fedscale(path, num_clients=8), 8, 1440)
+    b = AV.sample(AV.from_fedscale(trace, num_clients=8), 8, 1440)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_an_assignment_picks_the_entries():
+    trace = {"x": {"active": [0], "inactive": [59], "finish_time": 120},
+             "y": {"active": [60], "inactive": [119], "finish_time": 120}}
+    process = AV.from_fedscale(trace, num_clients=3, seconds_per_slot=60,
+                               assignment=["y", "y", "x"])
+    np.testing.assert_array_equal(AV.sample(process, 3, 2), [[0, 0, 1], [1, 1, 0]])
+    with pytest.raises(ValueError, match="assignment names keys the trace lacks: \\['z'\\]"):
+        AV.from_fedscale(trace, num_clients=1, assignment=["z"])
+
+
+def test_simulate_runs_on_a_trace_and_the_memory_estimate_counts_it():
+    points = np.array(list(itertools.product([-1.0, 0.0, 1.0], [0.0, 2.0, 4.0, 6.0])))
+    fd = point_clients(points)
+    trace = AV.example_fedscale_trace(num_devices=12, days=1, seed=4)
+    process = AV.from_fedscale(trace, num_clients=12, seconds_per_slot=3600)
+    alg = fa.algorithms.FedAvg(clients_per_round=4, local_steps=1, batch_size=1, client_lr=0.1)
+    result = fa.simulate(quadratic_task(2), fd, alg, process, rounds=30, seed=3, eval_every=10)
+    masks = AV.sample(process, 12, 30)
+    np.testing.assert_array_equal(result.round_metrics["num_available"], masks.sum(axis=1))
+    estimate = fa.estimate_memory(quadratic_task(2), fd, alg, process)
+    width = process.starts.shape[1]
+    assert estimate.terms["availability_state"] >= 4 * 12 * (2 * width + 1)
