@@ -9,7 +9,9 @@ side by side in one process:
 * ``Bernoulli.uniform_range(N, 0.1, 0.9)`` (MIFA's random per-client p_i);
 * ``Markov(p_on=0.1, p_off=0.1)`` (bursty, on half the time in runs of ~10 rounds);
 * ``HourOfDay(start_hour, hours=8)`` with random start hours;
-* ``all_of(HourOfDay(...), Bernoulli(0.5))``.
+* ``all_of(HourOfDay(...), Bernoulli(0.5))``;
+* ``from_fedscale(example_fedscale_trace(1000 devices, 7 days), seconds_per_slot=60)``: interval
+  traces in FedScale's format, a sorted search over each client's intervals a step.
 
 Two figures per process:
 
@@ -71,6 +73,8 @@ PROCESS_DESCRIPTIONS = {
     "Markov": "Markov(p_on=0.1, p_off=0.1)",
     "HourOfDay": "HourOfDay(start_hour=[N] random 0..23, hours=8, rounds_per_hour=1)",
     "all_of(HourOfDay, Bernoulli)": "all_of(the HourOfDay above, Bernoulli(0.5))",
+    "Intervals (FedScale format)": "from_fedscale(example_fedscale_trace(num_devices=1000, "
+                                   "days=7, seed=0), N, seconds_per_slot=60)",
 }
 
 
@@ -84,6 +88,9 @@ def make_processes(num_clients: int) -> dict[str, Any]:
         "Markov": av.Markov(p_on=0.1, p_off=0.1),
         "HourOfDay": hours,
         "all_of(HourOfDay, Bernoulli)": av.all_of(hours, av.Bernoulli(0.5)),
+        "Intervals (FedScale format)": av.from_fedscale(
+            av.example_fedscale_trace(num_devices=1000, days=7, seed=SEED), num_clients,
+            seconds_per_slot=60),
     }
 
 

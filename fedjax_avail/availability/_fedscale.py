@@ -153,7 +153,7 @@ def example_fedscale_trace(num_devices: int = 200, days: int = 7, seed: int = 0)
     preferred hour (charging overnight, spread over the day by device) lasting 1-8 hours, and
     with probability 0.5 a shorter one (20 min - 2 h); start times jitter by about 30 minutes
     from day to day, days are skipped with probability 0.1, and the trace repeats after
-    ``days`` days (``finish_time``).
+    ``days`` days (``finish_time``; a session running past the end goes on at the start).
 
     Returns:
       ``{str(device): {"active", "inactive", "finish_time", "duration", "model"}}``, integer
@@ -174,15 +174,17 @@ def example_fedscale_trace(num_devices: int = 200, days: int = 7, seed: int = 0)
             if rng.random() < 0.5:
                 extra = d * day + rng.uniform(0, day)
                 intervals.append((extra, extra + rng.uniform(1200, 7200)))
-        intervals.sort()
+        finish = days * day
+        # a session running past the end of the trace goes on at its start (it repeats)
+        intervals += [(0.0, end - finish) for _, end in intervals if end >= finish]
+        intervals = sorted((start, min(end, finish - 1)) for start, end in intervals)
         merged: list[list[float]] = []
         for start, end in intervals:  # overlapping sessions are one
             if merged and start <= merged[-1][1]:
                 merged[-1][1] = max(merged[-1][1], end)
             else:
                 merged.append([start, end])
-        finish = days * day
-        merged = [[int(s), int(min(e, finish - 1))] for s, e in merged if s < finish - 1]
+        merged = [[int(s), int(e)] for s, e in merged]
         trace[str(device)] = {
             "active": [s for s, _ in merged], "inactive": [e for _, e in merged],
             "finish_time": finish, "duration": finish, "model": "synthetic",
