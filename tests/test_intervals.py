@@ -5,6 +5,7 @@ import itertools
 import json
 import pickle
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import point_clients, quadratic_task
@@ -159,3 +160,52 @@ def test_simulate_runs_on_a_trace_and_the_memory_estimate_counts_it():
     estimate = fa.estimate_memory(quadratic_task(2), fd, alg, process)
     width = process.starts.shape[1]
     assert estimate.terms["availability_state"] >= 4 * 12 * (2 * width + 1)
+
+
+def fedscale_completion_seconds(entry, batch_size, local_steps, kbits):
+    """FedScale's get_completion_time written out (not the code under test)."""
+    return (3.0 * batch_size * local_steps * entry["computation"] / 1000.0
+            + (kbits + kbits) / entry["communication"])
+
+
+def test_capacity_durations_follow_fedscales_completion_time():
+    capacity = {"a": {"computation": 20.0, "communication": 800.0},
+                "b": {"computation": 5.0, "communication": 5000.0},
+                "c": {"computation": 120.0, "communication": 100.0}}
+    durations = fa.clock.from_fedscale_capacity(capacity, num_clients=7, batch_size=20,
+                                                local_steps=5, model_kbits=400.0)
+    keys = list(capacity)
+    want = np.array([fedscale_completion_seconds(capacity[keys[i % 3]], 20, 5, 400.0)
+                     for i in range(7)])
+    got = np.asarray(durations.sample(None, jnp.asarray(durations.speeds(7))))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    minutes = fa.clock.from_fedscale_capacity(capacity, 7, 20, 5, 400.0, seconds_per_unit=60)
+    got = np.asarray(minutes.sample(None, jnp.asarray(minutes.speeds(7))))
+    np.testing.assert_allclose(got, want / 60, rtol=1e-6)
+
+
+@pytest.mark.parametrize("entry, words", [
+    ({"computation": 10.0}, "capacity['d']['communication'] must be a number > 0, got None"),
+    ({"computation": -1.0, "communication": 5.0}, "['computation'] must be a number > 0"),
+])
+def test_a_bad_capacity_entry_is_refused_naming_the_key_and_field(entry, words):
+    with pytest.raises(ValueError) as error:
+        fa.clock.from_fedscale_capacity({"d": entry}, 2, 10, 1, 100.0)
+    assert words in str(error.value)
+
+
+def test_capacity_durations_drive_an_asynchronous_server():
+    points = np.array(list(itertools.product([-1.0, 0.0, 1.0], [0.0, 2.0, 4.0, 6.0])))
+    fd = point_clients(points)
+    capacity = {str(i): {"computation": 10.0 * (i + 1), "communication": 1000.0}
+                for i in range(4)}
+    durations = fa.clock.from_fedscale_capacity(capacity, 12, batch_size=1, local_steps=1,
+                                                model_kbits=100.0)
+    alg = fa.algorithms.FedBuff(buffer_size=2, concurrency=4, local_steps=1, batch_size=1,
+                                client_lr=0.1, durations=durations)
+    result = fa.simulate(quadratic_task(2), fd, alg, AV.AlwaysOn(), rounds=20, seed=1,
+                         eval_every=5)
+    # a job takes 0.2 s of communication plus 0.03-0.12 s of compute: 20 updates of 2 jobs
+    # from 4 in flight take about 40 jobs * 0.23-0.32 s / 4 (2.3-3.2 s); 2x slack for the
+    # jobs still in flight and the order they finish in
+    assert 2.0 <= result.history["virtual_time"][-1] <= 6.4

@@ -19,6 +19,7 @@ from fedjax_avail.clock._events import (
     EventClockState,
     check_offline,
 )
+from fedjax_avail.clock._fedscale import capacity_seconds, from_fedscale_capacity
 from fedjax_avail.clock._kofp import KofPClock, KofPState
 from fedjax_avail.clock._rounds import RoundClock, RoundClockState
 from fedjax_avail.clock._store import ModelHistory, PerClientModels, Starts, model_store
@@ -77,6 +78,8 @@ __all__ = [
     "RoundClock",
     "RoundClockState",
     "Starts",
+    "capacity_seconds",
+    "from_fedscale_capacity",
     "make_clock",
     "model_store",
     "staleness_histogram",
