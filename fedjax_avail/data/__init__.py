@@ -28,6 +28,7 @@ from fedjax_avail.data._sentiment140 import (
     parse_hours,
     read_sentiment140_csv,
 )
+from fedjax_avail.data._shakespeare import Shakespeare, load_shakespeare
 from fedjax_avail.data._text import GLOVE_ENV, OOV, PAD, build_vocab, encode, load_glove, tokenize
 from fedjax_avail.data._tfds_images import (
     load_celeba,
@@ -44,6 +45,7 @@ __all__ = [
     "SENTIMENT140_CSV",
     "FederatedData",
     "Sentiment140",
+    "Shakespeare",
     "build_vocab",
     "classes_per_client",
     "dirichlet",
@@ -60,6 +62,7 @@ __all__ = [
     "load_mnist",
     "load_mnist_tfds",
     "load_sentiment140",
+    "load_shakespeare",
     "one_label_per_client",
     "parse_hours",
     "positive_share",

@@ -1,7 +1,7 @@
 """Tasks: model + loss + metrics as pure functions."""
 
 from fedjax_avail.tasks._conv import conv_general_dilated
-from fedjax_avail.tasks._lstm import LSTMClassifier, lstm_classifier
+from fedjax_avail.tasks._lstm import LSTMClassifier, lstm_classifier, next_character_lstm
 from fedjax_avail.tasks._models import (
     CNN,
     INITS,
@@ -36,6 +36,7 @@ __all__ = [
     "lenet5",
     "logistic_regression",
     "lstm_classifier",
+    "next_character_lstm",
     "max_pool",
     "mlp",
     "normalize_images",

@@ -118,6 +118,35 @@ def lstm_classifier(
             frozen = jnp.asarray(matrix)
             module = LSTMClassifier(hidden, num_layers, num_classes)
 
+    return _token_task(module, frozen, vocab_size, num_classes)
+
+
+def next_character_lstm(
+    vocab_size: int,
+    embed_dim: int = 8,
+    hidden: int = 256,
+    num_layers: int = 2,
+) -> Task:
+    """LEAF's and FedJAX's Shakespeare model: a trainable character embedding of 8, two LSTM
+    layers of 256, a softmax over the vocabulary for the character after the window (LEAF
+    ``models/shakespeare/stacked_lstm.py``; :func:`fedjax_avail.data.load_shakespeare`).
+
+    ``batch["x"]`` is ``[B, T]`` character ids (0 is padding, which a full window never holds),
+    ``batch["y"]`` ``[B]`` the next character's id. Smaller ``hidden`` (e.g. 64) suits CPUs.
+
+    Raises:
+      ValueError: a size < 1.
+    """
+    positive(vocab_size=vocab_size, embed_dim=embed_dim, hidden=hidden, num_layers=num_layers)
+    module = LSTMClassifier(hidden, num_layers, vocab_size, vocab_size, embed_dim)
+    return _token_task(module, None, vocab_size, vocab_size)
+
+
+def _token_task(module: LSTMClassifier, frozen: jax.Array | None, vocab_size: int,
+                num_classes: int) -> Task:
+    """``module`` over ``batch["x"]`` token ids as a softmax cross-entropy task (``frozen``: an
+    embedding matrix kept out of the parameters)."""
+
     def logits(params: Params, batch: Batch) -> jax.Array:
         tokens = batch["x"]
         lengths = jnp.maximum(jnp.sum(tokens != PAD, axis=-1), 1)
