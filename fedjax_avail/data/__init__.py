@@ -14,6 +14,7 @@ from fedjax_avail.data._hours import (
     skew_by_hour,
     sleep_start_hours,
 )
+from fedjax_avail.data._huggingface import from_huggingface
 from fedjax_avail.data._partition import (
     classes_per_client,
     dirichlet,
@@ -61,6 +62,7 @@ __all__ = [
     "load_glove",
     "load_mnist",
     "load_mnist_tfds",
+    "from_huggingface",
     "load_sentiment140",
     "load_shakespeare",
     "one_label_per_client",
