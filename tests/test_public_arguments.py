@@ -44,6 +44,7 @@ VALID: dict[str, dict[str, typing.Any]] = {
     "Combined": dict(processes=(A.AlwaysOn(),)), "Dropout": dict(process=A.AlwaysOn(), q=0.1),
     "HourOfDay": dict(start_hour=3), "Periodic": dict(groups=np.array([0, 1]), period=2),
     "Trace": dict(mask_table=np.ones((3, 2), bool)), "PowerOfChoice": dict(d=3),
+    "Intervals": dict(starts=np.array([[0.0]]), ends=np.array([[1.0]])),
     "EventClock": dict(durations=C.Exponential(1.0), concurrency=None, events=2),
     "KofPClock": dict(events=2), "RoundClock": dict(durations=C.Constant(1.0)),
 }
@@ -66,6 +67,11 @@ FUNCTIONS: dict[str, tuple[typing.Callable, dict[str, typing.Any]]] = {
     "plot_availability": (A.plot_availability, dict(process=A.AlwaysOn(), num_clients=3,
                                                     steps=2)),
     "dropout": (A.dropout, dict(process=A.AlwaysOn(), q=0.1)),
+    "from_fedscale": (A.from_fedscale, dict(
+        trace={"d": {"active": [0], "inactive": [5], "finish_time": 9}}, num_clients=2)),
+    "from_fedscale_capacity": (C.from_fedscale_capacity, dict(
+        capacity={"d": {"computation": 1.0, "communication": 9.0}}, num_clients=2,
+        batch_size=1, local_steps=1, model_kbits=1.0)),
 }
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from fedjax_avail._checks import Count, Positive, checked
 from fedjax_avail.availability._intervals import Intervals, check_intervals
 
 
@@ -98,10 +99,11 @@ def _entry(trace: Mapping, key: Any) -> tuple[np.ndarray, np.ndarray, float]:
     return starts, ends, period
 
 
+@checked
 def from_fedscale(
     trace: Mapping | str | os.PathLike,
-    num_clients: int,
-    seconds_per_slot: float = 60.0,
+    num_clients: Count,
+    seconds_per_slot: Positive = 60.0,
     assignment: Sequence[Any] | None = None,
 ) -> Intervals:
     """FedScale's ``client_behave_trace`` as an :class:`Intervals` process.

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from fedjax_avail._checks import Count, Positive, checked
 from fedjax_avail.clock._durations import Constant
 
 
@@ -73,14 +74,15 @@ def capacity_seconds(
     return np.array([seconds[key] for key in chosen])
 
 
+@checked
 def from_fedscale_capacity(
-    capacity: Mapping[Any, Mapping[str, float]] | str | os.PathLike,
-    num_clients: int,
-    batch_size: int,
-    local_steps: int,
-    model_kbits: float,
-    augmentation_factor: float = 3.0,
-    seconds_per_unit: float = 1.0,
+    capacity: Mapping | str | os.PathLike,
+    num_clients: Count,
+    batch_size: Count,
+    local_steps: Count,
+    model_kbits: Positive,
+    augmentation_factor: Positive = 3.0,
+    seconds_per_unit: Positive = 1.0,
     assignment: Sequence[Any] | None = None,
 ) -> Constant:
     """FedScale's completion-time model as a duration model: client i's every job takes
@@ -111,8 +113,6 @@ def from_fedscale_capacity(
         from fedjax_avail.availability._fedscale import load_fedscale_pickle
 
         capacity = load_fedscale_pickle(capacity)
-    if not (np.isfinite(seconds_per_unit) and seconds_per_unit > 0):
-        raise ValueError(f"seconds_per_unit must be a number > 0, got {seconds_per_unit!r}")
     seconds = capacity_seconds(capacity, num_clients, batch_size, local_steps, model_kbits,
                                augmentation_factor, assignment)
     return Constant(1.0, speed=seconds_per_unit / seconds)
