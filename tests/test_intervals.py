@@ -209,3 +209,24 @@ def test_capacity_durations_drive_an_asynchronous_server():
     # from 4 in flight take about 40 jobs * 0.23-0.32 s / 4 (2.3-3.2 s); 2x slack for the
     # jobs still in flight and the order they finish in
     assert 2.0 <= result.history["virtual_time"][-1] <= 6.4
+
+
+@pytest.mark.parametrize("starts, ends, words", [
+    ([[0, np.inf], [5, 1]], [[3, -np.inf], [9, 4]], "client 1: interval 1 starts at 1, "
+                                                    "before interval 0 ends at 9"),
+    ([[np.inf, 0]], [[-np.inf, 3]], "client 0: interval 1 follows padding"),
+    ([[0, np.nan]], [[3, 4]], "client 0: interval 1 has bounds (nan, 4.0)"),
+    ([[0]], [[np.inf]], "client 0: interval 0 has bounds (0.0, inf)"),
+])
+def test_intervals_a_search_cannot_read_are_refused_naming_the_client(starts, ends, words):
+    with pytest.raises(ValueError) as error:
+        AV.Intervals(np.array(starts, float), np.array(ends, float))
+    assert words in str(error.value)
+
+
+def test_a_million_clients_replay_their_devices():
+    """N = 10^6 clients from a 500-device trace (the checks and the padding are vectorised)."""
+    trace = AV.example_fedscale_trace(num_devices=500, days=2, seed=5)
+    process = AV.from_fedscale(trace, num_clients=10**6, seconds_per_slot=60)
+    masks = AV.sample(process, 10**6, 3)
+    np.testing.assert_array_equal(masks[:, :500], masks[:, 500:1000])  # keys[i % 500]

@@ -93,7 +93,7 @@ def _entry(trace: Mapping, key: Any) -> tuple[np.ndarray, np.ndarray, float]:
         raise ValueError(f"trace[{key!r}]['finish_time'] must be a number > 0, got "
                          f"{entry['finish_time']!r}")
     try:
-        check_intervals([starts], [ends])
+        check_intervals(starts[None], ends[None])
     except ValueError as error:
         raise ValueError(f"trace[{key!r}]: {str(error).removeprefix('client 0: ')}") from None
     return starts, ends, period
@@ -135,14 +135,17 @@ def from_fedscale(
         missing = [k for k in chosen if k not in trace]
         if missing:
             raise ValueError(f"assignment names keys the trace lacks: {missing[:5]}")
-    entries = {key: _entry(trace, key) for key in dict.fromkeys(chosen)}
-    width = max(1, max(len(s) for s, _, _ in entries.values()))
-    starts = np.full((num_clients, width), np.inf)
-    ends = np.full((num_clients, width), -np.inf)
-    period = np.empty(num_clients)
-    for i, key in enumerate(chosen):
-        s, e, p = entries[key]
-        starts[i, :len(s)], ends[i, :len(e)], period[i] = s, e, p
+    used = list(dict.fromkeys(chosen))
+    entries = [_entry(trace, key) for key in used]
+    width = max(1, max(len(s) for s, _, _ in entries))
+    key_starts = np.full((len(used), width), np.inf)
+    key_ends = np.full((len(used), width), -np.inf)
+    for k, (s, e, _) in enumerate(entries):
+        key_starts[k, :len(s)], key_ends[k, :len(e)] = s, e
+    row = {key: k for k, key in enumerate(used)}
+    index = np.array([row[key] for key in chosen])
+    period = np.array([p for _, _, p in entries])[index]
+    starts, ends = key_starts[index], key_ends[index]
     return Intervals(starts, ends, period, seconds_per_slot)
 
 

@@ -40,25 +40,38 @@ class IntervalsState(NamedTuple):
 
 
 def check_intervals(starts: np.ndarray, ends: np.ndarray, where: str = "client") -> None:
-    """Refuses intervals a sorted search cannot read, naming the client (``where`` i) and the
-    interval: ``start > end``, a start before the previous interval's end (unsorted or
-    overlapping), a non-finite bound."""
-    for i, (s, e) in enumerate(zip(starts, ends, strict=True)):
-        s, e = np.asarray(s, np.float64), np.asarray(e, np.float64)
-        if not (np.isfinite(s).all() and np.isfinite(e).all()):
-            raise ValueError(f"{where} {i}: interval bounds must be finite numbers, got starts "
-                             f"{s.tolist()[:5]}, ends {e.tolist()[:5]}")
-        bad = np.flatnonzero(s > e)
-        if bad.size:
-            j = int(bad[0])
-            raise ValueError(f"{where} {i}: interval {j} starts at {s[j]:g} after it ends at "
-                             f"{e[j]:g}")
-        bad = np.flatnonzero(s[1:] < e[:-1])
-        if bad.size:
-            j = int(bad[0]) + 1
-            raise ValueError(
-                f"{where} {i}: interval {j} starts at {s[j]:g}, before interval {j - 1} ends at "
-                f"{e[j - 1]:g}; intervals must be sorted and must not overlap (merge them)")
+    """Refuses padded ``[N, J]`` intervals (``start = +inf``, ``end = -inf`` after a row's
+    last) that a sorted search cannot read, naming the row (``where`` i) and the interval: a
+    bound that is not a number, padding in the middle of a row, ``start > end``, a start before
+    the previous interval's end (unsorted or overlapping)."""
+    starts, ends = np.asarray(starts, np.float64), np.asarray(ends, np.float64)
+    used = starts < np.inf
+
+    def first(bad: np.ndarray) -> tuple[int, int]:
+        i, j = np.argwhere(bad)[0]
+        return int(i), int(j)
+
+    bad = np.isnan(starts) | np.isnan(ends) | (used & ~np.isfinite(ends)) | (
+        ~used & (ends > -np.inf)) | (starts == -np.inf)
+    if bad.any():
+        i, j = first(bad)
+        raise ValueError(f"{where} {i}: interval {j} has bounds ({starts[i, j]}, {ends[i, j]}); "
+                         "bounds must be finite numbers (padding: start = +inf, end = -inf)")
+    if (used[:, 1:] & ~used[:, :-1]).any():
+        i, j = first(used[:, 1:] & ~used[:, :-1])
+        raise ValueError(f"{where} {i}: interval {j + 1} follows padding; padding goes after a "
+                         "client's intervals")
+    bad = used & (starts > ends)
+    if bad.any():
+        i, j = first(bad)
+        raise ValueError(f"{where} {i}: interval {j} starts at {starts[i, j]:g} after it ends at "
+                         f"{ends[i, j]:g}")
+    bad = used[:, 1:] & (starts[:, 1:] < ends[:, :-1])
+    if bad.any():
+        i, j = first(bad)
+        raise ValueError(
+            f"{where} {i}: interval {j + 1} starts at {starts[i, j + 1]:g}, before interval {j} "
+            f"ends at {ends[i, j]:g}; intervals must be sorted and must not overlap (merge them)")
 
 
 def _pad(rows: Sequence[np.ndarray], fill: float) -> np.ndarray:
@@ -102,12 +115,7 @@ class Intervals:
         if starts.ndim != 2 or starts.shape != ends.shape or starts.shape[0] == 0:
             raise ValueError(f"starts and ends must both be [N, J] with N >= 1, got shapes "
                              f"{starts.shape} and {ends.shape}")
-        used = starts < np.inf
-        if (used != (ends > -np.inf)).any() or (used[:, 1:] & ~used[:, :-1]).any():
-            raise ValueError("padding must be start = +inf with end = -inf, after a client's "
-                             "intervals")
-        check_intervals([s[u] for s, u in zip(starts, used, strict=True)],
-                        [e[u] for e, u in zip(ends, used, strict=True)])
+        check_intervals(starts, ends)
         if self.period is not None:
             period = np.asarray(self.period, np.float64)
             if period.ndim > 1 or not (np.isfinite(period).all() and (period > 0).all()):
@@ -134,7 +142,6 @@ class Intervals:
                 raise ValueError(f"intervals[{i}] must be (start, end) pairs")
             starts.append(pairs[:, 0])
             ends.append(pairs[:, 1])
-        check_intervals(starts, ends)
         return cls(_pad(starts, np.inf), _pad(ends, -np.inf), period, seconds_per_slot)
 
     @classmethod
