@@ -81,7 +81,8 @@ BUILDS = [n for n in NAMES if not isinstance(experiments.REGISTRY[n], experiment
 def test_every_choice_builds(name, monkeypatch):
     monkeypatch.setattr(data, "load_mnist", _fake_mnist)
     experiment = experiments.get(name)
-    small = {k: v for k, v in {"num_clients": 20, "clients_per_round": 2, "concurrency": 4}.items()
+    small = {k: v for k, v in {"num_clients": 20, "clients_per_round": 2, "buffer_size": 2,
+                               "concurrency": 4}.items()
              if k in experiment.defaults}
     for key, choices in experiment.all_choices().items():
         if key == "source":  # the other sources download (TFDS)
