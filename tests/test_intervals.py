@@ -230,3 +230,17 @@ def test_a_million_clients_replay_their_devices():
     process = AV.from_fedscale(trace, num_clients=10**6, seconds_per_slot=60)
     masks = AV.sample(process, 10**6, 3)
     np.testing.assert_array_equal(masks[:, :500], masks[:, 500:1000])  # keys[i % 500]
+
+
+def test_clients_with_many_intervals_take_the_binary_search_and_agree():
+    from fedjax_avail.availability._intervals import COMPARE_ALL_UP_TO
+
+    rng = np.random.default_rng(7)
+    bounds = np.cumsum(rng.integers(1, 6, (3, 2 * (COMPARE_ALL_UP_TO + 20))), axis=1)
+    trace = {f"k{i}": {"active": b[0::2].tolist(), "inactive": b[1::2].tolist(),
+                       "finish_time": int(b[-1]) + 3} for i, b in enumerate(bounds)}
+    process = AV.from_fedscale(trace, num_clients=3, seconds_per_slot=1)
+    assert process.starts.shape[1] > COMPARE_ALL_UP_TO
+    slots = range(0, 2 * int(bounds.max()))
+    np.testing.assert_array_equal(AV.sample(process, 3, len(slots)),
+                                  reference_masks(trace, 3, 1, slots))
