@@ -10,7 +10,8 @@ and `TABLES` names the function that writes it from `docs/results/` and `benchma
 (`docs/tables/`). ``python docs/generate.py`` rewrites every marked part in place;
 ``python docs/generate.py --check`` changes nothing and exits 1 naming each part whose text
 differs from what its results give (the docs test runs it, so a documented number cannot drift
-from its source).
+from its source). ``FIGURES`` are drawn from the same results by ``python docs/generate.py``
+(not compared by ``--check``: a PNG's bytes vary with the matplotlib version).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "tables"))
 import asynchronous  # noqa: E402
 import fedlaavg  # noqa: E402
 import provenance  # noqa: E402
+import shakespeare  # noqa: E402
 import speed  # noqa: E402
 import status  # noqa: E402
 import subtrunc  # noqa: E402
@@ -38,6 +40,7 @@ TABLES: dict[str, Callable[[], str]] = {
     # README.md
     "digits-diurnal": fedlaavg.digits_diurnal,
     "status-summary": status.summary_table,
+    "signature-headline": asynchronous.signature_headline,
     "speed-headline": speed.speed_headline,
     # docs/guide/ and benchmarks/README.md
     "compile-cache": speed.compile_cache,
@@ -54,6 +57,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "profile-cnn-step": speed.profile_cnn_step,
     "before-after": speed.before_after,
     "same-numbers": speed.same_numbers,
+    "shakespeare-leaf": shakespeare.leaf_statistics,
     # docs/reproducing.md
     "status-fedlaavg": status.status_fedlaavg,
     "fedlaavg-fig4": fedlaavg.fig4,
@@ -74,10 +78,15 @@ TABLES: dict[str, Callable[[], str]] = {
     "subtrunc-sweeps": subtrunc.sweeps,
     "status-fedbuff": status.status_fedbuff,
     "async-mnist": asynchronous.async_mnist,
-    "time-to-accuracy": asynchronous.time_to_accuracy,
+    "time-to-accuracy-skew": asynchronous.time_to_accuracy_skew,
+    "time-to-accuracy-stragglers": asynchronous.time_to_accuracy_stragglers,
     "availability-sweep": fedlaavg.availability_sweep,
     # docs/results/README.md
     "results-index": provenance.index,
+}
+FIGURES: dict[str, Callable[[Path], object]] = {
+    "time-to-accuracy-mnist.png": asynchronous.figure_skew,
+    "time-to-accuracy-stragglers-mnist.png": asynchronous.figure_stragglers,
 }
 DOCUMENTS = [REPO / "README.md", REPO / "benchmarks" / "README.md",
              *sorted((REPO / "docs").rglob("*.md"))]
@@ -121,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
                     text.splitlines(True), new.splitlines(True), str(path), "regenerated"))
             else:
                 path.write_text(new)
+    if not args.check:
+        for name, draw in FIGURES.items():
+            draw(REPO / "docs" / name)
     unused = sorted(set(TABLES) - used)
     if unused:
         print(f"tables no document shows: {', '.join(unused)}", file=sys.stderr)
