@@ -203,4 +203,5 @@ def test_every_python_block_runs(source, tmp_path, monkeypatch, mnist):
         code = block.replace('"path/to/mnist"', repr(str(MNIST_DIR))).replace(
             "rounds=2000", "rounds=20")
         exec(compile(code, str(source), "exec"), scope)  # noqa: S102 (the document's code)
-    assert "result" in scope
+    if "fa.simulate(" in source.read_text():  # a training example left its result
+        assert "result" in scope
