@@ -99,6 +99,25 @@ def _entry(trace: Mapping, key: Any) -> tuple[np.ndarray, np.ndarray, float]:
     return starts, ends, period
 
 
+def assigned_keys(devices: Mapping, num_clients: int, assignment: Sequence[Any] | None,
+                  what: str) -> list:
+    """Each client's device key: ``keys[i % len(keys)]`` in the file's order, as FedScale's
+    client manager assigns them, or the ``assignment`` given (``what`` names the dict in
+    errors: a trace or a capacity file)."""
+    keys = list(devices)
+    if not keys:
+        raise ValueError(f"{what} holds no devices")
+    if assignment is None:
+        return [keys[i % len(keys)] for i in range(num_clients)]
+    chosen = list(assignment)
+    if len(chosen) != num_clients:
+        raise ValueError(f"assignment has {len(chosen)} keys for {num_clients} clients")
+    missing = [k for k in chosen if k not in devices]
+    if missing:
+        raise ValueError(f"assignment names keys the {what} lacks: {missing[:5]}")
+    return chosen
+
+
 @checked
 def from_fedscale(
     trace: Mapping | str | os.PathLike,
@@ -123,18 +142,7 @@ def from_fedscale(
     """
     if not isinstance(trace, Mapping):
         trace = load_fedscale_pickle(trace)
-    keys = list(trace)
-    if not keys:
-        raise ValueError("trace holds no devices")
-    if assignment is None:
-        chosen = [keys[i % len(keys)] for i in range(num_clients)]
-    else:
-        chosen = list(assignment)
-        if len(chosen) != num_clients:
-            raise ValueError(f"assignment has {len(chosen)} keys for {num_clients} clients")
-        missing = [k for k in chosen if k not in trace]
-        if missing:
-            raise ValueError(f"assignment names keys the trace lacks: {missing[:5]}")
+    chosen = assigned_keys(trace, num_clients, assignment, "trace")
     used = list(dict.fromkeys(chosen))
     entries = [_entry(trace, key) for key in used]
     width = max(1, max(len(s) for s, _, _ in entries))

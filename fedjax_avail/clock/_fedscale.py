@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from fedjax_avail._checks import Count, Positive, checked
+from fedjax_avail.availability._fedscale import assigned_keys, load_fedscale_pickle
 from fedjax_avail.clock._durations import Constant
 
 
@@ -38,26 +39,19 @@ def capacity_seconds(
     """``[N]`` seconds a training job takes on each client's device (module docstring).
 
     Raises:
-      ValueError: an empty capacity dict, an entry without ``computation`` or
+      ValueError: an empty capacity dict (:func:`~fedjax_avail.availability._fedscale.
+        assigned_keys`), an entry without ``computation`` or
         ``communication`` or with a value that is not a number > 0 (the key and field named),
         an assignment of the wrong length or naming a key the dict lacks.
     """
-    keys = list(capacity)
-    if not keys:
-        raise ValueError("capacity holds no devices")
     for name, value in (("batch_size", batch_size), ("local_steps", local_steps),
                         ("model_kbits", model_kbits),
                         ("augmentation_factor", augmentation_factor)):
         if not (isinstance(value, (int, float, np.number)) and np.isfinite(value) and value > 0):
             raise ValueError(f"{name} must be a number > 0, got {value!r}")
-    chosen = [keys[i % len(keys)] for i in range(num_clients)] if assignment is None \
-        else list(assignment)
-    if len(chosen) != num_clients:
-        raise ValueError(f"assignment has {len(chosen)} keys for {num_clients} clients")
+    chosen = assigned_keys(capacity, num_clients, assignment, "capacity")
     seconds = {}
     for key in dict.fromkeys(chosen):
-        if key not in capacity:
-            raise ValueError(f"assignment names key {key!r}, which capacity lacks")
         entry = capacity[key]
         fields = {}
         for field in ("computation", "communication"):
@@ -110,8 +104,6 @@ def from_fedscale_capacity(
       ``fa.clock.Constant(1.0, speed=seconds_per_unit / seconds)``.
     """
     if not isinstance(capacity, Mapping):
-        from fedjax_avail.availability._fedscale import load_fedscale_pickle
-
         capacity = load_fedscale_pickle(capacity)
     seconds = capacity_seconds(capacity, num_clients, batch_size, local_steps, model_kbits,
                                augmentation_factor, assignment)

@@ -96,13 +96,14 @@ def read_roles(text: str) -> dict[str, str]:
             for role, spoken in lines.items() if spoken}
 
 
+_LATIN1_IDS = np.full(256, OOV_ID, np.int32)  # character code < 256 -> its id (OOV if none)
+_LATIN1_IDS[[ord(c) for c in ALPHABET]] = np.arange(1, len(ALPHABET) + 1)
+
+
 def encode_text(text: str) -> np.ndarray:
     """``[len(text)]`` int32 ids: LEAF's alphabet at 1..80, anything else OOV (81)."""
-    table = np.full(0x110000 if any(ord(c) > 255 for c in text) else 256, OOV_ID, np.int32)
-    for i, c in enumerate(ALPHABET):
-        table[ord(c)] = i + 1
-    return table[np.frombuffer(text.encode("utf-32-le"), np.uint32)] if text else \
-        np.zeros(0, np.int32)
+    codes = np.frombuffer(text.encode("utf-32-le"), np.uint32)
+    return np.where(codes < 256, _LATIN1_IDS[np.minimum(codes, 255)], OOV_ID).astype(np.int32)
 
 
 def windows(ids: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
