@@ -11,7 +11,7 @@ side by side in one process:
 * ``HourOfDay(start_hour, hours=8)`` with random start hours;
 * ``all_of(HourOfDay(...), Bernoulli(0.5))``;
 * ``from_fedscale(example_fedscale_trace(1000 devices, 7 days), seconds_per_slot=60)``: interval
-  traces in FedScale's format, a sorted search over each client's intervals a step.
+  traces in FedScale's format: each step compares every client's phase with its intervals.
 
 Two figures per process:
 

@@ -5,6 +5,7 @@ import itertools
 import json
 import pickle
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -159,7 +160,7 @@ def test_simulate_runs_on_a_trace_and_the_memory_estimate_counts_it():
     np.testing.assert_array_equal(result.round_metrics["num_available"], masks.sum(axis=1))
     estimate = fa.estimate_memory(quadratic_task(2), fd, alg, process)
     width = process.starts.shape[1]
-    assert estimate.terms["availability_state"] >= 4 * 12 * (2 * width + 1)
+    assert estimate.terms["availability_state"] >= 4 * 12 * 2 * width
 
 
 def fedscale_completion_seconds(entry, batch_size, local_steps, kbits):
@@ -244,3 +245,16 @@ def test_clients_with_many_intervals_take_the_binary_search_and_agree():
     slots = range(0, 2 * int(bounds.max()))
     np.testing.assert_array_equal(AV.sample(process, 3, len(slots)),
                                   reference_masks(trace, 3, 1, slots))
+
+
+def test_the_state_keeps_clients_on_its_last_axis_also_when_they_are_as_many_as_intervals():
+    # the mesh shards, and the memory estimate counts, an availability state along its last
+    # axis of length N: with N = J = 2 that must be the clients, not the intervals
+    from fedjax_avail.mesh import client_axis
+
+    process = fa.availability.Intervals.from_lists([[(0, 1), (2, 3)], [(10, 15), (20, 25)]],
+                                                   period=[50, 60])
+    state = process.init(jax.random.key(0), 2)
+    paths = jax.tree_util.tree_flatten_with_path(state)[0]
+    assert [client_axis(path, leaf, 2, availability=True) for path, leaf in paths] == [1, 1, 0]
+    np.testing.assert_array_equal(np.asarray(state.starts)[:, 1], [10, 20])

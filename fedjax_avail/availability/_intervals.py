@@ -3,10 +3,11 @@
 A client is available in slot s when it is active at the slot's start time ``t = s L`` (L the
 slot length in seconds, ``seconds_per_slot``): when some interval ``[start_j, end_j]`` (closed,
 FedScale's ``is_active`` rule) holds ``t``, or with a period P, ``t mod P``. The intervals are
-kept as padded ``[N, J]`` arrays (J the most intervals a client has) and each step finds a
-client's interval with a sorted search, so memory is ``2 N J`` floats whatever the length of
-the run: a week of one-minute slots for 10^5 clients would be a 1 GB ``[T, N]`` table
-(:class:`~fedjax_avail.availability.Trace`), the intervals of a FedScale trace a few MB.
+kept on the device as padded ``[J, N]`` arrays (J the most intervals a client has) and each step
+compares every client's phase with its intervals (a binary search beyond 64 of them), so memory
+is ``2 N J`` floats whatever the length of the run: a week of one-minute slots for 10^5
+clients would be a 1 GB ``[T, N]`` table (:class:`~fedjax_avail.availability.Trace`), the
+intervals of a FedScale trace a few MB.
 
 Times are float32 on the device: the rule is exact while the slot start times, the interval
 bounds and the periods are whole seconds below 2^24 s (194 days); beyond that, or with fractions
@@ -36,9 +37,13 @@ COMPARE_ALL_UP_TO = 64  # intervals a client: a search compares with all of them
 
 
 class IntervalsState(NamedTuple):
-    starts: jax.Array  # [N, J] float32 seconds, ascending; +inf pads
-    ends: jax.Array  # [N, J] float32 seconds; -inf pads
-    period: jax.Array  # [N] float32 seconds, +inf where the intervals do not repeat
+    # [J, N]: clients on the last axis (contiguous in a step's compares, and where the mesh
+    # and the memory estimate look for an availability state's clients)
+    starts: jax.Array  # [J, N] float32 seconds, ascending over J; +inf pads
+    ends: jax.Array  # [J, N] float32 seconds; -inf pads
+    # [N] float32 seconds, +inf where the intervals do not repeat; [] when every client's is
+    # the same (one phase a step instead of N: an eighth of the step at N = 10^5 on a CPU)
+    period: jax.Array
 
 
 def check_intervals(starts: np.ndarray, ends: np.ndarray, where: str = "client") -> None:
@@ -202,9 +207,11 @@ class Intervals:
             raise ValueError(f"the intervals are for {starts.shape[0]} clients but there are "
                              f"{num_clients}")
         period = np.inf if self.period is None else np.asarray(self.period, np.float64)
+        if np.unique(period).size == 1:
+            period = np.ravel(period)[0]
         return IntervalsState(
-            jnp.asarray(starts, jnp.float32), jnp.asarray(self.ends, jnp.float32),
-            jnp.asarray(np.broadcast_to(period, (num_clients,)), jnp.float32))
+            jnp.asarray(starts.T, jnp.float32), jnp.asarray(np.asarray(self.ends).T, jnp.float32),
+            jnp.asarray(period, jnp.float32))
 
     def step(self, state: IntervalsState, t: jax.Array, key: jax.Array
              ) -> tuple[IntervalsState, jax.Array]:
@@ -226,8 +233,9 @@ class Intervals:
 
 
 def phase(time: jax.Array, period: jax.Array) -> jax.Array:
-    """``[N]`` ``time mod period`` in ``[0, period)``, exact for whole numbers below 2^24 (the
-    float quotient's rounding corrected); ``time`` where the period is +inf."""
+    """``time mod period`` (``[N]`` or ``[]``, like ``period``) in ``[0, period)``, exact for
+    whole numbers below 2^24 (the float quotient's rounding corrected); ``time`` where the
+    period is +inf."""
     cycles = jnp.floor(time / period)
     rest = time - cycles * period
     rest = jnp.where(rest < 0, rest + period, rest)
@@ -236,16 +244,20 @@ def phase(time: jax.Array, period: jax.Array) -> jax.Array:
 
 
 def active(state: IntervalsState, time: jax.Array) -> jax.Array:
-    """``[N]`` bool: client i has an interval ``[start, end]`` holding its phase of ``time``
-    (the last interval starting at or before it, found by a sorted search)."""
+    """``[N]`` bool: client i has an interval ``[start, end]`` holding its phase of ``time``."""
     at = phase(time, state.period)
-    # up to a few dozen intervals a client, comparing with all of them beats the binary
-    # search's dependent steps (3x at J = 13, N = 10^5 on a CPU: benchmarks/
-    # availability_overhead.py)
-    method = "compare_all" if state.starts.shape[1] <= COMPARE_ALL_UP_TO else "scan_unrolled"
+    if state.starts.shape[0] <= COMPARE_ALL_UP_TO:
+        # up to a few dozen intervals a client, comparing with all of them, one [N] row at a
+        # time, beats a sorted search's gathers (1.7x at J = 14, N = 10^5 on a CPU:
+        # benchmarks/availability_overhead.py)
+        on = jnp.zeros(state.starts.shape[1:], bool)
+        for start, end in zip(state.starts, state.ends, strict=True):
+            on = on | ((start <= at) & (at <= end))
+        return on
 
-    def one(starts, ends, t):
-        j = jnp.searchsorted(starts, t, side="right", method=method) - 1
+    def one(starts, ends, t):  # the last interval starting at or before t, by binary search
+        j = jnp.searchsorted(starts, t, side="right", method="scan_unrolled") - 1
         return (j >= 0) & (t <= ends[jnp.maximum(j, 0)])
 
-    return jax.vmap(one)(state.starts, state.ends, at)
+    at = jnp.broadcast_to(at, state.starts.shape[1:])
+    return jax.vmap(one, in_axes=(1, 1, 0))(state.starts, state.ends, at)
