@@ -33,6 +33,7 @@ from fedjax_avail.experiments._sentiment140 import (
     FEDLAAVG_SENTIMENT140_FIG7_N,
 )
 from fedjax_avail.experiments._settings import optional
+from fedjax_avail.experiments._shakespeare import SHAKESPEARE, SHAKESPEARE_AVAILABILITY
 from fedjax_avail.experiments._subtrunc import (
     SUBTRUNC_MNIST,
     SUBTRUNC_MNIST_LAMBDA,
@@ -85,6 +86,8 @@ REGISTRY: dict[str, Experiment | Sweep] = {
         SUBTRUNC_MNIST_LAMBDA,
         SUBTRUNC_MNIST_WINDOW,
         SUBTRUNC_MNIST_PHI,
+        SHAKESPEARE,
+        SHAKESPEARE_AVAILABILITY,
     )
 }
 

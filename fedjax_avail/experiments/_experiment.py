@@ -121,7 +121,8 @@ class Experiment:
 
 
 def parse_value(text: str, default: Any) -> Any:
-    """Parses ``--set`` text to the type of the default (bool, int, float, str, tuple of str).
+    """Parses ``--set`` text to the type of the default (bool, int, float, str, a tuple of str
+    or of int, or of float where the default's items are floats: ``targets=0.35,0.4``).
 
     A default of None accepts ``none``, a number (int, else float) or any other text.
     """
@@ -135,6 +136,8 @@ def parse_value(text: str, default: Any) -> Any:
         return _number(float, text, "a number")
     if isinstance(default, tuple):
         items = [item.strip() for item in text.split(",") if item.strip()]
+        if default and all(isinstance(item, float) for item in default):
+            return tuple(_number(float, item, "numbers separated by commas") for item in items)
         if items and all(item.lstrip("-").isdigit() for item in items):  # e.g. seeds=0,1,2
             return tuple(int(item) for item in items)
         return tuple(items)

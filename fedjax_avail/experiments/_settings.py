@@ -65,6 +65,14 @@ SETTINGS: dict[str, Any] = {
     "download": bool,
     "max_len": Count,
     "vocab_size": Count,
+    "seq_len": Count,
+    "hidden": Count,
+    "num_layers": Count,
+    "test_examples": Count,
+    "targets": tuple[Fraction, ...],
+    "trace_devices": Count,
+    "trace_path": str,
+    "trace_period": Positive,
 }
 # What a refusal of these settings adds, to show the form a value takes.
 EXAMPLES = {
@@ -137,6 +145,15 @@ MEANINGS: dict[str, str] = {
     "window": "UnionFL's look-back window: rounds a selected client stays penalised",
     "candidates": "r, stochastic greedy's candidates per step (DivFL, SubTrunc, UnionFL)",
     "poc_d": "Power-of-Choice's d, candidates per round in [K, N] (none: N)",
+    "seq_len": "characters a window holds (LEAF: 80)",
+    "hidden": "units of each LSTM layer (LEAF: 256)",
+    "num_layers": "stacked LSTM layers (LEAF: 2)",
+    "test_examples": "held-out examples the test accuracy is scored on, drawn once with the seed",
+    "targets": "the test accuracies whose first virtual time the summary reports",
+    "trace_devices": "the devices of the generated FedScale-format trace (trace_path none)",
+    "trace_path": "a device trace: FedScale's client_behave_trace pickle, or client,start,end "
+                  "seconds as .csv or .jsonl (none: a generated trace)",
+    "trace_period": "a .csv/.jsonl trace repeats every this many seconds (none: played once)",
 }
 
 NULLABLE = {"history"}  # None has a meaning whatever the default (per-client model copies)
@@ -172,7 +189,7 @@ def check_settings(config: Mapping[str, Any], defaults: Mapping[str, Any],
             except ValueError as error:
                 raise ValueError(f"{error} ({EXAMPLES[key]})" if key in EXAMPLES
                                  else str(error)) from None
-        if key in ("data_dir", "csv_path", "glove_path") and not value.strip():
+        if key in ("data_dir", "csv_path", "glove_path", "trace_path") and not value.strip():
             raise ValueError(f"setting {key} must be None or a path, got {value!r}")
         if key == "seeds" and len(set(value)) < len(value):
             raise ValueError(f"setting seeds must list distinct seeds, got {value!r}")
