@@ -81,12 +81,14 @@ TABLES: dict[str, Callable[[], str]] = {
     "time-to-accuracy-skew": asynchronous.time_to_accuracy_skew,
     "time-to-accuracy-stragglers": asynchronous.time_to_accuracy_stragglers,
     "availability-sweep": fedlaavg.availability_sweep,
+    "shakespeare-availability": shakespeare.availability,
     # docs/results/README.md
     "results-index": provenance.index,
 }
 FIGURES: dict[str, Callable[[Path], object]] = {
     "time-to-accuracy-mnist.png": asynchronous.figure_skew,
     "time-to-accuracy-stragglers-mnist.png": asynchronous.figure_stragglers,
+    "shakespeare-availability.png": shakespeare.figure,
 }
 DOCUMENTS = [REPO / "README.md", REPO / "benchmarks" / "README.md",
              *sorted((REPO / "docs").rglob("*.md"))]

@@ -27,6 +27,7 @@ SMALL = {
     "04_asynchrony.ipynb": "UPDATES = 100",
     "05_fair_selection.ipynb": "ROUNDS, SEEDS = 20, [0, 1]",
     "06_scaling.ipynb": "MAX_N, ROUNDS = 10**4, 5",
+    "07_real_traces.ipynb": "HIDDEN, SEQ_LEN, BUDGET_MINUTES, DEVICES = 16, 20, 240, 200",
 }
 
 

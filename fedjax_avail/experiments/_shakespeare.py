@@ -145,4 +145,8 @@ SHAKESPEARE_AVAILABILITY = Sweep(
                 "FedScale-format device trace and under diurnal availability",
     base=SHAKESPEARE,
     settings={name: {"process": name} for name in PROCESSES},
+    measured=(
+        "docs/reproducing.md, Shakespeare's clients under a device trace, from "
+        "docs/results/shakespeare-availability/"
+    ),
 )
