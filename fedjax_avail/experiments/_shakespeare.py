@@ -26,7 +26,6 @@ minutes; the summary gives the virtual time to each of ``targets`` test accuraci
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +33,8 @@ import numpy as np
 
 from fedjax_avail import availability, data, tasks
 from fedjax_avail.experiments._experiment import Experiment, Setup
-from fedjax_avail.experiments._parts import build_parts
 from fedjax_avail.experiments._sweep import Sweep
-from fedjax_avail.experiments._time_to_accuracy import PARTS, time_to_accuracy
+from fedjax_avail.experiments._time_to_accuracy import PARTS, time_to_accuracy_setup
 
 PROCESSES = ("fedscale-trace", "diurnal")
 SECONDS_PER_SLOT = 60.0  # one slot of the clock (and one unit of virtual time) is a minute
@@ -73,7 +71,7 @@ def make_process(config: dict[str, Any], roles: list[tuple[str, str]]
         if len(plays) < 2:
             raise ValueError("the diurnal process needs roles from at least 2 plays, got "
                              f"{plays}")
-        second_half = {play for play in plays[len(plays) // 2:]}
+        second_half = set(plays[len(plays) // 2:])
         groups = np.array([play in second_half for play, _ in roles], np.int32)
         return availability.Periodic(groups, period=config["E"])
     if config["process"] != "fedscale-trace":
@@ -96,13 +94,8 @@ def _build(config: dict[str, Any]) -> Setup:
                               replace=False))
     task = tasks.next_character_lstm(len(loaded.vocab), embed_dim=8, hidden=config["hidden"],
                                      num_layers=config["num_layers"])
-    eval_every = {"fedbuff": config["async_eval_every"], "wkafl": config["async_eval_every"]}
-    return Setup(task, train, {k: test[k][rows] for k in ("x", "y")},
-                 make_process(config, roles), build_parts(PARTS, config),
-                 window=config["eval_every"],
-                 summary=partial(time_to_accuracy, targets=tuple(config["targets"])),
-                 x_axes=("virtual_time", "round"), max_virtual_time=config["max_virtual_time"],
-                 eval_every=eval_every)
+    return time_to_accuracy_setup(config, task, train, {k: test[k][rows] for k in ("x", "y")},
+                                  make_process(config, roles), targets=config["targets"])
 
 
 SHAKESPEARE = Experiment(

@@ -23,6 +23,7 @@ first evaluation at or above; None if not within the budget).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -71,12 +72,19 @@ PARTS = {
 }
 
 
-def _setup(config: dict[str, Any], fd: data.FederatedData, test, process) -> Setup:
+def time_to_accuracy_setup(config: dict[str, Any], task: tasks.Task, fd: data.FederatedData,
+                           test, process, targets: tuple[float, ...] = TARGETS) -> Setup:
+    """``PARTS`` on one virtual-time budget, curves against virtual time, the asynchronous
+    servers evaluated every ``async_eval_every`` updates, the summary the time to ``targets``."""
     eval_every = {name: config["async_eval_every"] for name in ASYNCHRONOUS}
-    return Setup(tasks.logistic_regression(784, 10), fd, test, process,
-                 build_parts(PARTS, config), window=config["eval_every"],
-                 summary=time_to_accuracy, x_axes=("virtual_time", "round"),
-                 max_virtual_time=config["max_virtual_time"], eval_every=eval_every)
+    return Setup(task, fd, test, process, build_parts(PARTS, config), window=config["eval_every"],
+                 summary=partial(time_to_accuracy, targets=tuple(targets)),
+                 x_axes=("virtual_time", "round"), max_virtual_time=config["max_virtual_time"],
+                 eval_every=eval_every)
+
+
+def _setup(config: dict[str, Any], fd: data.FederatedData, test, process) -> Setup:
+    return time_to_accuracy_setup(config, tasks.logistic_regression(784, 10), fd, test, process)
 
 
 def _build_skew(config: dict[str, Any]) -> Setup:
