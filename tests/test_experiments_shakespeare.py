@@ -74,17 +74,22 @@ def test_the_trace_is_generated_or_read_from_fedscales_pickle_or_plain_text(tmp_
         writer = csv.writer(f)
         writer.writerow(["client", "start", "end"])
         writer.writerow([1, 120, 150])
-    plain = make_process(_trace_config(trace_path=str(tmp_path / "trace.csv"),
+    (tmp_path / "TRACE.CSV").write_text((tmp_path / "trace.csv").read_text())
+    plain = make_process(_trace_config(trace_path=str(tmp_path / "TRACE.CSV"),
                                        trace_period=86_400), roles)
     on = fa.availability.sample(plain, 30, 2 * 1440)
     assert np.flatnonzero(on.any(axis=0)).tolist() == [1]
     assert np.flatnonzero(on[:, 1]).tolist() == [2, 1440 + 2]  # the slots starting at 120 s
+    with pytest.raises(ValueError, match="trace_period=86400 applies to a .csv or .jsonl"):
+        make_process(_trace_config(trace_path=str(tmp_path / "trace.pkl"), trace_period=86_400),
+                     roles)
 
 
 def test_bad_settings_are_named_before_any_training():
     experiment = fa.experiments.get("shakespeare")
     for setting, message in (("process=hourly", "setting process must be one of"),
                              ("targets=0.3,1.5", "setting targets"),
+                             ("targets=0.351,0.349", "targets must differ in whole percents"),
                              ("hidden=0", "setting hidden"),
                              ("trace_period=-1", "setting trace_period")):
         key, value = setting.split("=")

@@ -152,7 +152,8 @@ MEANINGS: dict[str, str] = {
     "targets": "the test accuracies whose first virtual time the summary reports",
     "trace_devices": "the devices of the generated FedScale-format trace (trace_path none)",
     "trace_path": "a device trace: FedScale's client_behave_trace pickle, or client,start,end "
-                  "seconds as .csv or .jsonl (none: a generated trace)",
+                  "seconds as .csv or .jsonl, clients 0..num_clients-1 the drawn roles in "
+                  "file order (none: a generated trace)",
     "trace_period": "a .csv/.jsonl trace repeats every this many seconds (none: played once)",
 }
 
@@ -191,6 +192,9 @@ def check_settings(config: Mapping[str, Any], defaults: Mapping[str, Any],
                                  else str(error)) from None
         if key in ("data_dir", "csv_path", "glove_path", "trace_path") and not value.strip():
             raise ValueError(f"setting {key} must be None or a path, got {value!r}")
+        if key == "targets" and len({round(100 * t) for t in value}) < len(value):
+            raise ValueError(f"setting targets must differ in whole percents (the summary's "
+                             f"time_to_<percent> columns), got {value!r}")
         if key == "seeds" and len(set(value)) < len(value):
             raise ValueError(f"setting seeds must list distinct seeds, got {value!r}")
         if key == "algorithms" and (not value or len(set(value)) < len(value)):

@@ -78,9 +78,13 @@ def make_process(config: dict[str, Any], roles: list[tuple[str, str]]
         raise ValueError(f"setting process must be one of {PROCESSES}, got "
                          f"{config['process']!r}")
     path = config["trace_path"]
-    if path is not None and Path(path).suffix in (".csv", ".jsonl"):
+    if path is not None and Path(path).suffix.lower() in (".csv", ".jsonl"):
         return availability.Intervals.from_file(path, n, period=config["trace_period"],
                                                 seconds_per_slot=SECONDS_PER_SLOT)
+    if config["trace_period"] is not None:
+        raise ValueError(f"setting trace_period={config['trace_period']} applies to a .csv or "
+                         ".jsonl trace_path only (FedScale's entries carry their finish_time), "
+                         f"got trace_path={path!r}")
     trace = path if path is not None else availability.example_fedscale_trace(
         config["trace_devices"], TRACE_DAYS, seed=config["seed"])
     return availability.from_fedscale(trace, n, seconds_per_slot=SECONDS_PER_SLOT)
