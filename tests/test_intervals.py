@@ -233,13 +233,15 @@ def test_a_million_clients_replay_their_devices():
     np.testing.assert_array_equal(masks[:, :500], masks[:, 500:1000])  # keys[i % 500]
 
 
-def test_clients_with_many_intervals_take_the_binary_search_and_agree():
+@pytest.mark.parametrize("shared_period", [False, True])  # a period [N], or one for all
+def test_clients_with_many_intervals_take_the_binary_search_and_agree(shared_period):
     from fedjax_avail.availability._intervals import COMPARE_ALL_UP_TO
 
     rng = np.random.default_rng(7)
     bounds = np.cumsum(rng.integers(1, 6, (3, 2 * (COMPARE_ALL_UP_TO + 20))), axis=1)
+    finish = [int(bounds.max()) + 3 if shared_period else int(b[-1]) + 3 for b in bounds]
     trace = {f"k{i}": {"active": b[0::2].tolist(), "inactive": b[1::2].tolist(),
-                       "finish_time": int(b[-1]) + 3} for i, b in enumerate(bounds)}
+                       "finish_time": finish[i]} for i, b in enumerate(bounds)}
     process = AV.from_fedscale(trace, num_clients=3, seconds_per_slot=1)
     assert process.starts.shape[1] > COMPARE_ALL_UP_TO
     slots = range(0, 2 * int(bounds.max()))
