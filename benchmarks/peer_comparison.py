@@ -13,14 +13,18 @@ Measured, one after the other in this one run (nothing else of the benchmark run
 * **ours**: ``fa.simulate(task, fd, fa.algorithms.FedAvg(100, 10, 5, 0.01),
   fa.availability.AlwaysOn(), rounds=R, eval_every=R)``, ``--repeats`` times; ``s_per_round`` is
   the best (smallest) of the engine's own ``timing["s_per_round"]`` (rounds only: compilation
-  and evaluation excluded).
+  and evaluation excluded). This is what a user gets without flags: on a CPU, ``simulate``'s
+  ``mesh="auto"`` splits the cohort over the cores (``devices`` records how many).
+* **ours_one_device**: the same with ``mesh=None`` (one device, the default before issue 36).
 * **ours_cores**: the same, each round's cohort split over ``--devices`` CPU devices (default:
   one per core; ``fa.mesh.cohort_mesh``, what ``fedjax-avail run --devices D`` does), in a
   child process (JAX fixes its CPU device count when it starts).
 * **cifar10_shape** (unless ``--no-cifar``): pfl's CIFAR-10 benchmark shape
   (``peers/cifar10_shape.py``), ours with the cohort in one ``vmap``, one client at a time
   (``client_chunk=1``) and, on a CPU, over ``--devices`` devices with ``simulate``'s default
-  ``client_chunk="auto"`` (a child process), against pfl; judged on the fastest of ours.
+  ``client_chunk="auto"`` (a child process), and with ``simulate``'s defaults
+  (``ours_default``), against pfl; judged on the fastest of ours, and on a CPU the defaults
+  against 1.5x pfl.
 * **loop**: the same FedAvg written the way FedJAX's jit backend and the papers' PyTorch code run
   it: a Python loop over the K clients (``rng.choice`` in numpy), for each a Python loop of C
   calls to one ``jax.jit``-compiled single-client SGD step on 5 rows sampled with numpy, and
@@ -106,6 +110,10 @@ SEED = 0
 TARGET_SPEEDUP_VS_FEDJAX = 30.0
 TARGET_SPEEDUP_VS_FLOWER = 300.0
 TARGET_SPEEDUP_VS_PFL = 10.0
+# issue 36, on a CPU and without flags (simulate's defaults): FedAvg 15x FedJAX a round (30x the
+# long-run goal above), pfl's CIFAR-10 shape 1.5x pfl a round
+TARGET_CPU_DEFAULT_VS_FEDJAX = 15.0
+TARGET_CPU_CNN_VS_PFL = 1.5
 
 
 def fedavg() -> fa.algorithms.FedAvg:
@@ -117,10 +125,13 @@ def fedavg() -> fa.algorithms.FedAvg:
 
 
 def run_ours(task: fa.Task, fd: fa.FederatedData, rounds: int, repeats: int,
-             devices: int | None = None) -> dict[str, Any]:
+             devices: int | None = None, mesh: Any = "auto") -> dict[str, Any]:
     """Times ``fa.simulate`` ``repeats`` times; ``s_per_round`` is the best engine round time.
-    With ``devices``, the cohort is split over that many devices (``cohort_mesh``)."""
-    mesh = None if devices is None else fa.mesh.cohort_mesh(devices)
+    ``mesh``: ``simulate``'s (``"auto"``, its default: on a CPU, the cohort over the cores the
+    package asked JAX for; None: one device); with ``devices``, the cohort is split over that
+    many devices (``cohort_mesh``)."""
+    if devices is not None:
+        mesh = fa.mesh.cohort_mesh(devices)
     runs = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -138,9 +149,11 @@ def run_ours(task: fa.Task, fd: fa.FederatedData, rounds: int, repeats: int,
             "final_train_loss": float(last["train_loss"]),
         })
     best = min(runs, key=lambda r: r["s_per_round"])
+    system = {"auto": "ours", None: "ours, one device"}.get(
+        mesh if isinstance(mesh, str | None) else "", f"ours, cohort over {devices} devices")
     return {
-        "system": "ours" if devices is None else f"ours, cohort over {devices} devices",
-        "devices": 1 if devices is None else devices,
+        "system": system,
+        "devices": result.memory["devices"],
         "rounds": rounds,
         "repeats": repeats,
         "s_per_round": best["s_per_round"],
@@ -181,14 +194,16 @@ def cifar10_data() -> fa.FederatedData:
 
 def run_ours_cifar10(fd: fa.FederatedData, rounds: int, repeats: int,
                      client_chunk: int | str | None, devices: int | None = None,
-                     ) -> dict[str, Any]:
+                     mesh: Any = None) -> dict[str, Any]:
     """Ours on pfl's CIFAR-10 shape (``fd``: :func:`cifar10_data`): FedAvg with K = 50, 5 local
     steps of batches of 10 at lr 0.1 (one epoch's worth of 50 images; ours samples batches with
     replacement), server lr 1, pfl's CNN; ``client_chunk`` clients of the cohort at a time
     (None: all 50 under ``vmap``; ``"auto"``: ``simulate``'s default); with ``devices``, the
-    cohort split over that many devices (``cohort_mesh``). ``s_per_round`` is the best of
-    ``repeats`` runs of ``rounds`` rounds."""
-    mesh = None if devices is None else fa.mesh.cohort_mesh(devices)
+    cohort split over that many devices (``cohort_mesh``), else ``mesh`` (``"auto"``: what
+    ``simulate`` does without one). ``s_per_round`` is the best of ``repeats`` runs of
+    ``rounds`` rounds."""
+    if devices is not None:
+        mesh = fa.mesh.cohort_mesh(devices)
     task = fa.tasks.classification(PflSimpleCNN(), cifar10_shape.IMAGE_SHAPE)
     algorithm = fa.algorithms.FedAvg(
         clients_per_round=cifar10_shape.COHORT, local_steps=cifar10_shape.LOCAL_STEPS,
@@ -208,7 +223,10 @@ def run_ours_cifar10(fd: fa.FederatedData, rounds: int, repeats: int,
     system = "ours" if client_chunk is None else f"ours, client_chunk={client_chunk}"
     if devices is not None:
         system = f"ours, cohort over {devices} devices, client_chunk={client_chunk}"
-    return {"system": system, "client_chunk": client_chunk, "devices": devices or 1,
+    elif mesh == "auto" and client_chunk == "auto":
+        system = "ours, simulate's defaults"
+    return {"system": system, "client_chunk": client_chunk,
+            "devices": result.memory["devices"],
             "rounds": rounds, "repeats": repeats,
             "s_per_round": best["s_per_round"], "runs": runs, "num_params": num_params,
             "train_loss_after": best["train_loss"], "rounds_run": rounds}
@@ -220,7 +238,11 @@ def cifar10_workload(args: argparse.Namespace) -> dict[str, Any]:
     a child process) and pfl, side by side; the ratios pfl / ours per round."""
     print(f"cifar10 shape: ours, {args.cifar_rounds} rounds x {args.cifar_repeats} ...",
           flush=True)
-    fd = cifar10_data()  # 50,000 images, 614 MB: built once for both of ours' layouts
+    fd = cifar10_data()  # 50,000 images, 614 MB: built once for ours' layouts
+    print("cifar10 shape: ours, simulate's defaults ...", flush=True)
+    ours_default = run_ours_cifar10(fd, args.cifar_rounds, args.cifar_repeats, "auto",
+                                    mesh="auto")
+    print("cifar10 shape: ours, one vmap on one device ...", flush=True)
     ours = run_ours_cifar10(fd, args.cifar_rounds, args.cifar_repeats, None)
     print("cifar10 shape: ours, client_chunk=1 ...", flush=True)
     ours_chunked = run_ours_cifar10(fd, args.cifar_rounds, args.cifar_repeats, 1)
@@ -235,7 +257,7 @@ def cifar10_workload(args: argparse.Namespace) -> dict[str, Any]:
     pfl = run_peer("pfl", args.pfl_python, args.partition, args.cifar_pfl_rounds,
                    args.peer_timeout, ["--workload", "cifar10"])
     cores_ok = ours_cores["status"] == "ok"
-    best = min(ours["s_per_round"], ours_chunked["s_per_round"],
+    best = min(ours["s_per_round"], ours_chunked["s_per_round"], ours_default["s_per_round"],
                ours_cores["s_per_round"] if cores_ok else float("inf"))
     ok = pfl["status"] == "ok"
     ratio = pfl["s_per_round"] / best if ok else None
@@ -258,6 +280,7 @@ def cifar10_workload(args: argparse.Namespace) -> dict[str, Any]:
             "server_lr": cifar10_shape.SERVER_LR, "ours_rounds": args.cifar_rounds,
             "pfl_rounds": args.cifar_pfl_rounds,
         },
+        "ours_default": ours_default,
         "ours": ours,
         "ours_client_chunk_1": ours_chunked,
         "ours_cores": ours_cores,
@@ -270,9 +293,15 @@ def cifar10_workload(args: argparse.Namespace) -> dict[str, Any]:
                    "pfl_over_ours_cores":
                        pfl["s_per_round"] / ours_cores["s_per_round"]
                        if ok and cores_ok else None,
+                   "pfl_over_ours_default":
+                       pfl["s_per_round"] / ours_default["s_per_round"] if ok else None,
                    "pfl_over_best_ours": ratio},
         "target_speedup_vs_pfl": TARGET_SPEEDUP_VS_PFL,
         "target_met": None if ratio is None else ratio >= TARGET_SPEEDUP_VS_PFL,
+        "target_cpu_default_vs_pfl": TARGET_CPU_CNN_VS_PFL,
+        "target_cpu_default_met": (None if not ok or jax.default_backend() != "cpu" else
+                                   pfl["s_per_round"] / ours_default["s_per_round"]
+                                   >= TARGET_CPU_CNN_VS_PFL),
     }
 
 
@@ -457,7 +486,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def print_table(payload: dict[str, Any]) -> None:
     """The s/round of every system and how many times slower than ours it is."""
     cores = f"ours, {payload['ours_cores'].get('devices', '?')} devices"
-    rows = [("ours (fa.simulate)", payload["ours"]), (cores, payload["ours_cores"]),
+    rows = [("ours (fa.simulate)", payload["ours"]),
+            ("ours, one device", payload["ours_one_device"]), (cores, payload["ours_cores"]),
             ("per-client jit loop", payload["loop"]),
             ("FedJAX 0.0.17", payload["fedjax"]),
             (f"FedJAX, JAX {jax.__version__}", payload["fedjax_modern"]),
@@ -479,9 +509,11 @@ def print_cifar10(figures: dict[str, Any]) -> None:
     """The CIFAR-10-shape workload's s/round of ours (both cohort layouts) and pfl."""
     print("CIFAR-10 shape (1000 clients x 50 images, cohort 50, pfl's CNN):")
     cores = figures.get("ours_cores", {"status": "not run", "reason": "an older result"})
-    ours = min(f["s_per_round"] for f in (figures["ours"], figures["ours_client_chunk_1"], cores)
+    ours = min(f["s_per_round"] for f in (figures["ours"], figures["ours_client_chunk_1"], cores,
+                                         figures["ours_default"])
                if f.get("status", "ok") == "ok")
-    for label, f in (("ours, cohort vmapped", figures["ours"]),
+    for label, f in (("ours, defaults", figures["ours_default"]),
+                     ("ours, cohort vmapped", figures["ours"]),
                      ("ours, client_chunk=1", figures["ours_client_chunk_1"]),
                      (f"ours, {cores.get('devices', '?')} devices", cores),
                      ("pfl (PyTorch)", figures["pfl"])):
@@ -524,6 +556,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     print(f"ours: fa.simulate FedAvg, {args.rounds} rounds x {args.repeats} ...", flush=True)
     ours = run_ours(task, fd, args.rounds, args.repeats)
+    print("ours_one_device: the same on one device (mesh=None) ...", flush=True)
+    ours_one_device = run_ours(task, fd, args.rounds, args.repeats, mesh=None)
     if jax.default_backend() == "cpu":
         print(f"ours_cores: the same, cohort over {args.devices} CPU devices ...", flush=True)
         ours_cores = run_ours_on_cores(args, data_dir)
@@ -559,6 +593,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ratios[f"{name}_over_ours"] = figures["s_per_round"] / ours["s_per_round"] if ok else None
         ratios[f"{name}_over_ours_cores"] = (figures["s_per_round"] / ours_cores["s_per_round"]
                                              if ok and cores_ok else None)
+    for name, figures in (("loop", loop), *peers.items()):
+        ok = figures.get("status", "ok") == "ok"
+        ratios[f"{name}_over_ours_one_device"] = (
+            figures["s_per_round"] / ours_one_device["s_per_round"] if ok else None)
+    ratios["ours_one_device_over_ours"] = ours_one_device["s_per_round"] / ours["s_per_round"]
     ratios["ours_over_ours_cores"] = (ours["s_per_round"] / ours_cores["s_per_round"]
                                       if cores_ok else None)
     best = "_cores" if cores_ok and ours_cores["s_per_round"] < ours["s_per_round"] else ""
@@ -589,6 +628,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         },
         "versions": versions(),
         "ours": ours,
+        "ours_one_device": ours_one_device,
         "ours_cores": ours_cores,
         "loop": loop,
         **peers,
@@ -605,6 +645,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "speedup_vs_pfl": TARGET_SPEEDUP_VS_PFL,
             "speedup_vs_pfl_met": met(ratios[f"pfl_over_ours{best}"], TARGET_SPEEDUP_VS_PFL),
             "speedup_vs_pfl_cifar10_met": None if cifar10 is None else cifar10["target_met"],
+            "cpu_default_vs_fedjax": TARGET_CPU_DEFAULT_VS_FEDJAX,
+            "cpu_default_vs_fedjax_met": (None if jax.default_backend() != "cpu" else
+                                          met(ratios["fedjax_over_ours"],
+                                              TARGET_CPU_DEFAULT_VS_FEDJAX)),
+            "cpu_cnn_default_vs_pfl_met": (None if cifar10 is None
+                                           else cifar10["target_cpu_default_met"]),
         },
         "cifar10_shape": cifar10,
     }

@@ -33,6 +33,8 @@ from fedjax_avail.results import DivergenceError, Interrupted, Result, StalledEr
 from fedjax_avail.run import Run
 from fedjax_avail.tasks import Task
 
+mesh.use_cpu_cores()  # one CPU device per core (importing the package starts no JAX backend)
+
 __all__ = [
     "DirectoryBusyError",
     "DivergenceError",

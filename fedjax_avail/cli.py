@@ -256,7 +256,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="check the settings, load the data, estimate memory; train nothing")
     run.add_argument("--devices", type=int, default=None, metavar="D",
                      help="split each round's cohort over D devices; on a CPU, D virtual "
-                          "devices, one per core (2 cores: about 2x faster)")
+                          "devices, one per core (2 cores: about 2x faster). Default: on a "
+                          "CPU, every core for a run of one seed with at least 8 clients a "
+                          "core per round (simulate's mesh='auto'), else one device")
     run.add_argument("--tensorboard", action="store_true",
                      help="also write TensorBoard logs to OUT/tensorboard at every evaluation "
                           "(needs tensorboardX)")
@@ -402,9 +404,9 @@ def _with_sweeps(experiment, sweeps: list[str], overrides: dict):
 
 
 def _mesh(devices: int | None):
-    """A ``"cohort"`` mesh over ``devices`` devices (None: one device, no mesh)."""
+    """A ``"cohort"`` mesh over ``devices`` devices (None: ``simulate``'s ``"auto"``)."""
     if devices is None:
-        return None
+        return "auto"
     if devices < 1:
         raise UserError(f"--devices must be an integer >= 1, got {devices}")
     import jax
@@ -460,7 +462,9 @@ def _dry_run(experiment, overrides: dict, mesh=None, together: bool = True) -> i
             print(f"{row['algorithm']:24s} {row['rounds']:>7d} rounds, "
                   f"{len(seeds)} seed{'s' if len(seeds) > 1 else ''}"
                   f"{f' x {points} points in one program' if points > 1 else ''}, "
-                  f"estimated device memory {format_bytes(row['estimated_bytes'])}")
+                  f"estimated device memory {format_bytes(row['estimated_bytes'])}"
+                  + (f", the cohort over {row['devices']} devices" if row["devices"] > 1
+                     else ""))
     print(f"dry run: {experiment.name} with {overrides or 'its defaults'} passes every check")
     return 0
 

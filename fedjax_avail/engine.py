@@ -128,7 +128,7 @@ def simulate(
     max_virtual_time: Positive | None = None,
     slot_length: Positive = 1.0,
     client_chunk: Count | Literal["auto"] | None = "auto",
-    mesh: Mesh | None = None,
+    mesh: Mesh | Literal["auto"] | None = "auto",
     runs_layout: Literal["auto", "vmap", "map", "loop"] = "auto",
     progress: bool = False,
     desc: str | None = None,
@@ -200,7 +200,12 @@ def simulate(
         (:func:`fedjax_avail.cohort.map_cohort`), the rest replicated; on a CPU,
         ``jax.config.update("jax_num_cpu_devices", cores)`` before JAX starts makes each core a
         device. Results equal a single device's up to float reordering
-        (``tests/test_sharding.py``).
+        (``tests/test_sharding.py``). None: one device. ``"auto"`` (default): on a CPU, one
+        run whose cohort has at least 8 members a core is split over the cores (a
+        ``"cohort"`` mesh over the CPU devices importing the package asked for:
+        :func:`fedjax_avail.mesh.use_cpu_cores`, :func:`fedjax_avail.mesh.auto_mesh`) when it
+        fits in memory; otherwise, and on accelerators, one device. ``result.memory["devices"]``
+        records the choice.
       runs_layout: how several runs share the compiled program
         (:func:`fedjax_avail.runs.runs_layout`): ``"vmap"`` batches them into every
         operation (accelerators: S runs in about one's time); ``"loop"`` compiles one run's
@@ -260,7 +265,8 @@ def simulate(
                          check_memory=check_memory)
         run = Run(rounds, plan.runs.seeds, plan.runs.several, desc, plan.carry,
                   max_virtual_time, start_time=start_time,
-                  memory={"estimated": plan.estimate.total})
+                  memory={"estimated": plan.estimate.total,
+                          "devices": 1 if plan.mesh is None else int(plan.mesh.size)})
         plan.carry = None  # the run holds the state; a restored one replaces it
         own = [c for c in callbacks if c is not evaluation and c is not checkpointing]
         hooks = [StopOnCtrlC(checkpointing.directory if checkpointing else None), held,

@@ -277,6 +277,34 @@ def fitting_estimate(
         workers -= 1  # fewer runs trained at once, before refusing (or trying) the run
 
 
+def fitting_mesh(
+    mesh: Any, task: Task, data: FederatedData, algorithm: Any, availability: Any = None, *,
+    runs: int = 1, test_data: Mapping[str, Any] | FederatedData | None = None,
+    client_chunk: int | Literal["auto"] | None = "auto",
+) -> Any:
+    """``simulate``'s ``mesh`` resolved: a mesh or None as given; ``"auto"``
+    (:func:`fedjax_avail.mesh.auto_mesh`) the cohort over this process's CPU devices, or one
+    device (None) when that mesh would not fit in the free memory (each CPU device holds its
+    own copy of the data and the client arrays) or does not apply. ``simulate`` and the CLI's
+    ``--dry-run`` resolve it with this, so both choose the same devices.
+
+    Raises:
+      ValueError: ``mesh`` is a string other than ``"auto"``.
+    """
+    mesh_lib.check_mesh_argument(mesh)
+    if not isinstance(mesh, str):
+        return mesh
+    candidate = mesh_lib.auto_mesh(algorithm.footprint(data.num_clients).cohort, runs > 1)
+    if candidate is None:
+        return None
+    available = available_bytes(mesh=candidate)
+    if available is not None and estimate_memory(
+            task, data, algorithm, availability, test_data=test_data,
+            client_chunk=client_chunk, mesh=candidate).total > available:
+        return None
+    return candidate
+
+
 def _shaped_params(task: Task) -> tuple[Any, Any]:
     """The run's parameter key and ``task.init``'s parameters, as shapes (nothing computed)."""
     key = jax.eval_shape(lambda: _keys.run_keys(0).params)

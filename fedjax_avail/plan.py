@@ -84,7 +84,7 @@ class Plan:
 
 
 def make_plan(task: Task, data: FederatedData, algorithm: Any, availability: Any, rounds: int,
-              seed: Any, evaluation: Any, *, client_chunk: Any, mesh: Mesh | None,
+              seed: Any, evaluation: Any, *, client_chunk: Any, mesh: Mesh | str | None,
               runs_layout: str, slot_length: float, max_virtual_time: float | None,
               check_memory: bool) -> Plan:
     """The plan of a ``simulate`` call (module docstring); ``evaluation`` its
@@ -95,13 +95,19 @@ def make_plan(task: Task, data: FederatedData, algorithm: Any, availability: Any
       MemoryError: the run cannot fit in device memory.
     """
     runs_lib.runs_layout(runs_layout)  # its name, checked first
+    mesh_lib.check_mesh_argument(mesh)
     runs = runs_lib.runs_of(seed, algorithm, availability)
-    layout = runs_lib.runs_layout(runs_layout, mesh if runs.several else None)
+    # "auto" gives several runs no mesh (they use the cores with the "loop" layout)
+    layout = runs_lib.runs_layout(
+        runs_layout, mesh if runs.several and not isinstance(mesh, str) else None)
     inputs.check_simulate_args(task, data, runs.algorithms[0], runs.processes[0], rounds,
                                runs.seeds, client_chunk)
     evaluation.check(task)
     hyper = _swept_values(runs, data.num_clients)
     algorithm = runs.algorithms[0]
+    mesh = memory.fitting_mesh(mesh, task, data, algorithm, runs.processes[0],
+                               runs=len(runs.seeds), test_data=evaluation.test_arrays,
+                               client_chunk=client_chunk)
     chunks = memory.client_chunks(client_chunk, task, data, algorithm, mesh=mesh,
                                   runs_at_once=len(runs.seeds) if layout == "vmap" else 1)
     loop = runs.several and layout == "loop"

@@ -33,6 +33,8 @@ class Result:
         Totals over a mesh's devices, as the estimate's: an array counts once per device
         holding a copy or part of it, the working set once per device running the program
         (measured over this process's devices: over several processes, its own share).
+        ``devices``: how many devices the run trained on (a mesh's size, 1 without one;
+        ``simulate``'s ``mesh="auto"`` chooses it).
       stopped: why the run ended before ``rounds`` (a callback's :meth:`Run.stop` reason), or
         None when it ran them all.
     """

@@ -42,7 +42,7 @@ class Run:
       end_reasons: per run, why it ended (``Result.stopped``), else None.
       newly_ended: the runs that ended on their own in the last chunk.
       timing: seconds so far (``compile``, ``run``, ``eval``, ``prepare``, ``earlier``).
-      memory: bytes (``estimated``, ``held``, ``working_set``).
+      memory: bytes (``estimated``, ``held``, ``working_set``) and the ``devices`` trained on.
       stop_reason: set by :meth:`stop`.
       failed: whether the stop carries an error (a divergence, a stall, Ctrl-C).
       error: the exception the run raises at the end of this boundary, or raised (in

@@ -13,11 +13,16 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import jax._src.compiler
-import pytest
+# One CPU device in the tests and the processes they start (importing the package would ask for
+# one a core: fedjax_avail.mesh.use_cpu_cores): their results are compared across layouts and
+# with references where they choose the devices; tests/test_cpu_cores.py tests the default.
+os.environ.setdefault("FEDJAX_AVAIL_CPU_DEVICES", "1")
 
-import fedjax_avail as fa
-from fedjax_avail.testing import point_clients, quadratic_task  # noqa: F401 (tests import them)
+import jax._src.compiler  # noqa: E402
+import pytest  # noqa: E402
+
+import fedjax_avail as fa  # noqa: E402
+from fedjax_avail.testing import point_clients, quadratic_task  # noqa: E402, F401 (tests import them)
 
 REPO = Path(__file__).resolve().parents[1]
 # The tests share compiled programs: JAX's persistent cache in a directory of this session, so a

@@ -29,14 +29,20 @@ def _times(ratio: float) -> str:
     return f"{ratio:,.0f}x" if ratio >= 100 else f"{ratio:.3g}x"
 
 
+def _relation(ours: float, peer: float) -> str:
+    return f"ours {peer / ours:.2f}x faster" if ours < peer else f"ours {ours / peer:.2f}x slower"
+
+
 def _versus_pfl(shape: dict, d: dict) -> str:
-    """Our best layout's round against pfl's on its CIFAR-10 shape (CPU)."""
-    ours = min(shape[k]["s_per_round"] for k in shape
+    """Ours with ``simulate``'s defaults (and our best layout) against pfl on its CIFAR-10
+    shape (CPU)."""
+    pfl = shape["pfl"]["s_per_round"]
+    best = min(shape[k]["s_per_round"] for k in shape
                if k.startswith("ours") and isinstance(shape[k], dict)
                and shape[k].get("s_per_round"))
-    pfl = shape["pfl"]["s_per_round"]
-    relation = f"ours {pfl / ours:.2f}x faster" if ours < pfl else f"ours {ours / pfl:.2f}x slower"
-    return f"{ours:.3g} s / {pfl:.3g} s (our best layout; {relation}; {_machine(d)})"
+    default = shape["ours_default"]["s_per_round"]
+    return (f"{default:.3g} s / {pfl:.3g} s (simulate's defaults; {_relation(default, pfl)}; "
+            f"our best layout {best:.3g} s; {_machine(d)})")
 
 
 def speed_headline() -> str:
@@ -52,14 +58,16 @@ def speed_headline() -> str:
         ratio = d[peer]["s_per_round"] / d[ours]["s_per_round"]
         return f"{_ms(d[peer]['s_per_round'])} ({_times(ratio)} ours)"
 
-    cpu_ours = "ours_cores" if cpu.get("ours_cores") else "ours"
+    cpu_ours = "ours"  # simulate's defaults: the cohort over the cores
     one_gpu = {r["seeds"]: r for r in axis_gpu["rows"] if r["setting"] == "fedlaavg-mnist"}
     loop = {r["case"]: r for r in axis_cpu["rows"] if r["algorithm"] == "fedlaavg"}
     g_shape, c_shape = gpu_pfl["cifar10_shape"], cpu_pfl["cifar10_shape"]
     rows = [
         ["FedAvg on FedLaAvg's MNIST setting (N = 1000, K = 100): ours, per round",
          _ms(gpu["ours"]["s_per_round"]),
-         f"{_ms(cpu[cpu_ours]['s_per_round'])} (both cores: `--devices 2`)"],
+         f"{_ms(cpu['ours']['s_per_round'])} (the default: the cohort over "
+         f"{cpu['ours']['devices']} cores; {_ms(cpu['ours_one_device']['s_per_round'])} on "
+         "one device)"],
         ["FedJAX 0.0.17, same setting and machine", versus(gpu, "fedjax"),
          versus(cpu, "fedjax", cpu_ours)],
         ["a per-client jitted loop", versus(gpu, "loop"), versus(cpu, "loop", cpu_ours)],

@@ -71,7 +71,7 @@ def run(
     *,
     resume: bool = False,
     checkpoint_every: int | None = None,
-    mesh: Any = None,
+    mesh: Any = "auto",
     checkpoint: bool = True,
     keep_checkpoints: int = KEEP,
     tensorboard: bool = False,
@@ -93,8 +93,9 @@ def run(
         run again); without it, old checkpoints there are removed first.
       checkpoint_every: rounds between checkpoints (default: every 10 evaluations, at least
         ``checkpoint_seconds`` apart).
-      mesh: a device mesh for ``simulate`` (e.g. a ``"cohort"`` axis: each round's cohort split
-        over the devices; :func:`cohort_mesh`).
+      mesh: ``simulate``'s ``mesh``: a device mesh (e.g. a ``"cohort"`` axis: each round's
+        cohort split over the devices; :func:`cohort_mesh`), None (one device) or ``"auto"``
+        (default: on a CPU, every core where that wins).
       checkpoint: checkpoint each algorithm into ``out_dir/checkpoints/<name>/`` (needed by
         ``resume``).
       keep_checkpoints: how many of each algorithm's newest checkpoints to keep.
@@ -133,7 +134,7 @@ def run_together(
     *,
     resume: bool = False,
     checkpoint_every: int | None = None,
-    mesh: Any = None,
+    mesh: Any = "auto",
     checkpoint: bool = True,
     keep_checkpoints: int = KEEP,
     tensorboard: bool = False,
@@ -346,7 +347,7 @@ def _until_diverged(result: Any, round_index: int) -> Any:
 
 
 def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None,
-         mesh: Any = None, points: int = 1) -> list[dict]:
+         mesh: Any = "auto", points: int = 1) -> list[dict]:
     """Everything :func:`run` checks before compute, and no compute: ``--dry-run``.
 
     Builds the experiment (loads its data, constructs every algorithm), runs ``simulate``'s
@@ -369,14 +370,18 @@ def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None,
     for name, algorithm in setup.algorithms.items():
         rounds = setup.rounds_of(name, config)
         evaluation = _evaluation(setup, setup.eval_every_of(name, config), config)
-        available = memory.available_bytes(mesh=mesh)
+        devices = memory.fitting_mesh(  # simulate's choice of devices
+            mesh, setup.task, setup.train, algorithm, setup.availability, runs=runs,
+            test_data=evaluation.test_arrays)
+        available = memory.available_bytes(mesh=devices)
         estimate, _ = memory.fitting_estimate(  # simulate's choice of runs at once
             setup.task, setup.train, algorithm, setup.availability, available=available,
-            runs=runs, runs_layout=runs_layout(mesh=mesh if runs > 1 else None),
-            test_data=evaluation.test_arrays, mesh=mesh)
+            runs=runs, runs_layout=runs_layout(mesh=devices if runs > 1 else None),
+            test_data=evaluation.test_arrays, mesh=devices)
         memory.check_fits(estimate, available)
         rows.append({"algorithm": name, "rounds": rounds, "seeds": seeds,
-                     "estimated_bytes": estimate.total})
+                     "estimated_bytes": estimate.total,
+                     "devices": 1 if devices is None else int(devices.size)})
     return rows
 
 

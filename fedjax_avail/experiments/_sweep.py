@@ -137,7 +137,7 @@ def run_sweep(
     best: str = "final_test_accuracy",
     together: bool = True,
     checkpoint_every: int | None = None,
-    mesh: Any = None,
+    mesh: Any = "auto",
     **run_options: Any,
 ) -> dict[str, RunOutcome]:
     """Runs every panel; writes ``<label>/`` per panel, plus ``metrics.csv`` (every panel's
@@ -150,7 +150,9 @@ def run_sweep(
     Panels that differ only in real-valued hyperparameters (learning rates, ``mu``, an
     availability process's parameters: :func:`programs`) run as one compiled program, their
     runs on one runs axis (:func:`~fedjax_avail.experiments.run_together`); each panel's
-    results equal its separate run's (bit for bit on a CPU; its ``seconds`` are the program's).
+    results equal its separate run's (bit for bit on a CPU when the separate run trains on one
+    device, up to float reordering when ``mesh="auto"`` splits its cohort over the cores; its
+    ``seconds`` are the program's).
 
     Args:
       best: what makes a panel an algorithm's best: ``final_test_accuracy`` (highest),

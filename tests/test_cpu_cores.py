@@ -1,0 +1,126 @@
+"""Every CPU core by default: importing the package asks JAX for one CPU device per core
+(``fa.mesh.use_cpu_cores``), and ``simulate``'s ``mesh="auto"`` splits one run's cohort over
+them when it has at least 8 members a device and fits in memory (``fa.mesh.auto_mesh``,
+``fa.memory.fitting_mesh``).
+
+The test session itself runs on one CPU device (``conftest.py``); the defaults are checked in
+fresh processes whose environment does not choose a device count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+import fedjax_avail as fa
+
+ENV = fa.mesh.CPU_DEVICES_ENV
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter whose environment chooses no CPU device count, plus
+    ``env``."""
+    clean = {k: v for k, v in os.environ.items() if k not in (ENV, "XLA_FLAGS", "JAX_PLATFORMS",
+                                                             "JAX_NUM_CPU_DEVICES")}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**clean, "JAX_PLATFORMS": "cpu", **env}, timeout=300)
+
+
+def _devices(code: str = "", **env: str) -> int:
+    done = _python(code + "\nimport jax, fedjax_avail\nprint(len(jax.devices()))", **env)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.split()[-1])
+
+
+def test_importing_the_package_asks_for_one_cpu_device_a_core():
+    assert _devices() == len(os.sched_getaffinity(0))
+
+
+def test_the_environment_variable_chooses_the_count():
+    assert _devices(**{ENV: "3"}) == 3
+    assert _devices(**{ENV: "1"}) == 1
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-1"])
+def test_a_bad_count_in_the_environment_is_refused_naming_it(value):
+    done = _python("import fedjax_avail", **{ENV: value})
+    assert done.returncode != 0
+    assert f"{ENV} must be an integer >= 1, got {value!r}" in done.stderr
+
+
+def test_a_count_chosen_in_jax_or_a_started_backend_is_kept():
+    assert _devices("import jax; jax.config.update('jax_num_cpu_devices', 1)") == 1
+    assert _devices(XLA_FLAGS="--xla_force_host_platform_device_count=3", **{ENV: "2"}) == 3
+    assert _devices("import jax; jax.devices()") == 1  # JAX started before the import
+
+
+def test_one_device_gives_no_automatic_mesh():
+    assert len(jax.devices()) == 1  # conftest's one device
+    assert fa.mesh.auto_mesh(1000, several=False) is None
+
+
+AUTO = """
+import json
+import jax, numpy as np
+import fedjax_avail as fa
+from fedjax_avail.testing import point_clients, quadratic_task
+
+out = {"auto_mesh": {f"{k},{several}": (None if (m := fa.mesh.auto_mesh(k, several)) is None
+                                         else dict(m.shape))
+                     for k in (8, 15, 16, 100) for several in (False, True)}}
+points = np.random.default_rng(0).normal(size=(64, 3))
+fd, task = point_clients(points), quadratic_task(3)
+for k in (16, 8):
+    algorithm = fa.algorithms.FedAvg(clients_per_round=k, local_steps=2, batch_size=1,
+                                     client_lr=0.1)
+    runs = {str(mesh): fa.simulate(task, fd, algorithm, fa.availability.AlwaysOn(), rounds=5,
+                                   seed=0, mesh=mesh, eval_every=5)
+            for mesh in ("auto", None)}
+    out[k] = {"devices": {m: r.memory["devices"] for m, r in runs.items()},
+              "difference": float(np.max(np.abs(np.asarray(runs["auto"].params)
+                                                - np.asarray(runs["None"].params))))}
+seeds = fa.simulate(task, fd, fa.algorithms.FedAvg(clients_per_round=16, local_steps=2,
+                    batch_size=1, client_lr=0.1), fa.availability.AlwaysOn(), rounds=5,
+                    seed=[0, 1], eval_every=5)
+out["seeds"] = [r.memory["devices"] for r in seeds]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_auto_splits_one_runs_cohort_over_two_cpu_devices():
+    done = _python(AUTO, **{ENV: "2"})
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.splitlines()[-1])
+    two = {"cohort": 2}
+    assert out["auto_mesh"] == {"8,False": None, "8,True": None, "15,False": None,
+                                "15,True": None, "16,False": two, "16,True": None,
+                                "100,False": two, "100,True": None}
+    assert out["16"]["devices"] == {"auto": 2, "None": 1}
+    assert out["8"]["devices"] == {"auto": 1, "None": 1}
+    assert out["16"]["difference"] < 1e-5  # the same training, up to float reordering
+    assert out["8"]["difference"] == 0.0
+    assert out["seeds"] == [1, 1]  # several runs use the cores with the "loop" layout
+
+
+def test_auto_falls_back_to_one_device_when_the_mesh_would_not_fit(monkeypatch):
+    points = np.random.default_rng(0).normal(size=(32, 3))
+    fd, task = fa.testing.point_clients(points), fa.testing.quadratic_task(3)
+    algorithm = fa.algorithms.FedAvg(clients_per_round=16, local_steps=1, batch_size=1,
+                                     client_lr=0.1)
+    one = jax.sharding.Mesh(np.array(jax.devices()[:1]), (fa.mesh.COHORT,))
+    monkeypatch.setattr(fa.mesh, "auto_mesh", lambda cohort, several: one)
+    needs = fa.estimate_memory(task, fd, algorithm, mesh=one).total
+    for free, expected in ((None, one), (needs, one), (needs - 1, None)):
+        monkeypatch.setattr(fa.memory, "available_bytes", lambda mesh=None, free=free: free)
+        assert fa.memory.fitting_mesh("auto", task, fd, algorithm) is expected
+    assert fa.memory.fitting_mesh(None, task, fd, algorithm) is None
+    assert fa.memory.fitting_mesh(one, task, fd, algorithm) is one
+    with pytest.raises(ValueError, match="mesh must be a jax.sharding.Mesh, None .* got 'all'"):
+        fa.memory.fitting_mesh("all", task, fd, algorithm)
