@@ -18,10 +18,13 @@ H = 256 model history, event clock with M = 100 jobs in flight, Exponential(1) j
 timing workload: at the client lr 0.01 under this availability its loss does not fall;
 ``fedavg_mlp_chunk7``: FedAvg training that MLP with ``client_chunk=7``, 15 chunks for K = 100,
 the last overlapping the one before: the working set of a chunked cohort).
-``fedbuff_<N>`` and ``kasync_<N>`` (e.g. ``fedbuff_1e5``) time asynchronous updates on
-``async_scaling.py``'s data (N clients of 10 random 8x8 images, 64x10 logistic regression):
-FedBuff (K = 10, Q = 5, B = 5) and K-async SGD (K = 10, B = 4) on the event clock
-(Exponential(1) job times, M = 100 jobs in flight, H = 64), availability Bernoulli(0.5).
+``fedavg_pfl_cnn``: FedAvg on ``peer_comparison.py``'s CIFAR-10 shape (pfl's CNN as each tree's
+``benchmarks/peer_comparison.py`` writes it, cohort 50, 5 steps of 10 images, lr 0.1, the
+training loss of 5000 images). ``fedbuff_<N>`` and ``kasync_<N>`` (e.g. ``fedbuff_1e5``) time
+asynchronous updates on ``async_scaling.py``'s data (N clients of 10 random 8x8 images, 64x10
+logistic regression): FedBuff (K = 10, Q = 5, B = 5) and K-async SGD (K = 10, B = 4) on the
+event clock (Exponential(1) job times, M = 100 jobs in flight, H = 64), availability
+Bernoulli(0.5).
 
 Usage::
 
@@ -70,6 +73,16 @@ if algorithm_name.startswith(("fedbuff_", "kasync_")):  # async_scaling.py's wor
                  fa.algorithms.KAsyncSGD(clients_per_round=10, batch_size=4, **events))
     process = fa.availability.Bernoulli(0.5)
     task = fa.tasks.logistic_regression(64, 10)
+elif algorithm_name == "fedavg_pfl_cnn":  # peer_comparison.py's CIFAR-10 shape, that tree's
+    import os
+    sys.path.insert(0, os.path.join(os.environ["PYTHONPATH"], "benchmarks"))
+    import peer_comparison
+    from peers import cifar10_shape as shape
+    fd, process = peer_comparison.cifar10_data(), fa.availability.AlwaysOn()
+    algorithm = fa.algorithms.FedAvg(
+        clients_per_round=shape.COHORT, local_steps=shape.LOCAL_STEPS,
+        batch_size=shape.BATCH_SIZE, client_lr=shape.CLIENT_LR)
+    task = fa.tasks.classification(peer_comparison.PflSimpleCNN(), shape.IMAGE_SHAPE)
 else:
     train, test = fa.data.load_mnist(data_dir)
     fd = fa.data.one_label_per_client(train["x"], train["y"], 1000, seed=0)
@@ -91,8 +104,11 @@ else:
             "fedavg_mlp_chunk7": lambda: fa.tasks.mlp(784, (200, 200), 10)}.get(
         algorithm_name, lambda: fa.tasks.logistic_regression(784, 10))()
 chunk = 7 if algorithm_name.endswith("_chunk7") else "auto"
-result = fa.simulate(task, fd, algorithm, process, rounds=rounds, seed=0, eval_every=rounds,
-                     client_chunk=chunk)
+# the training loss of 5000 examples (all 50,000 CIFAR-10-shape images took 54 s)
+evaluation = fa.callbacks.Evaluation(every=rounds, train_examples=5000)
+result = fa.simulate(task, fd, algorithm, process, rounds=rounds, seed=0, client_chunk=chunk,
+                     callbacks=[evaluation] if algorithm_name == "fedavg_pfl_cnn" else (),
+                     eval_every=None if algorithm_name == "fedavg_pfl_cnn" else rounds)
 np.save(params_out, np.asarray(ravel_pytree(result.params)[0]))
 print(json.dumps({"s_per_round": result.timing["s_per_round"],
                   "compile_s": result.timing["compile"],

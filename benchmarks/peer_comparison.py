@@ -167,8 +167,9 @@ def run_ours(task: fa.Task, fd: fa.FederatedData, rounds: int, repeats: int,
 class PflSimpleCNN(nn.Module):
     """pfl's ``simple_cnn`` (``peers/cifar10_shape.py``): two 3 x 3 convolutions (32, 64, no
     padding) with ReLU, 2 x 2 max pooling, 128 ReLU units, 10 outputs; Glorot-uniform weights.
-    Its convolutions are ``fa.tasks.conv_general_dilated`` and its pooling
-    ``fa.tasks.max_pool``, as a user's own model gets them (XLA:CPU's own convolutions and
+    Its convolutions are ``fa.tasks.conv_general_dilated``, its dense layers' products
+    ``fa.tasks.dot_general`` and its pooling ``fa.tasks.max_pool``, as a user's own model gets
+    them (XLA:CPU's own convolutions and
     pooling gradients are slow inside loops: ``benchmarks/README.md``); ``pool`` replaces the
     pooling (``profile_cnn_step.py`` times ``nn.max_pool`` against it)."""
 
@@ -182,8 +183,9 @@ class PflSimpleCNN(nn.Module):
         x = nn.relu(conv(32, (3, 3))(x))
         x = nn.relu(conv(64, (3, 3))(x))
         x = self.pool(x, (2, 2), (2, 2)).reshape((x.shape[0], -1))
-        x = nn.relu(nn.Dense(128, kernel_init=glorot)(x))
-        return nn.Dense(cifar10_shape.NUM_CLASSES, kernel_init=glorot)(x)
+        dense = functools.partial(nn.Dense, kernel_init=glorot, dot_general=fa.tasks.dot_general)
+        x = nn.relu(dense(128)(x))
+        return dense(cifar10_shape.NUM_CLASSES)(x)
 
 
 def cifar10_data() -> fa.FederatedData:

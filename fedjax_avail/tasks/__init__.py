@@ -2,6 +2,7 @@
 
 from fedjax_avail.tasks._conv import conv_general_dilated
 from fedjax_avail.tasks._lstm import LSTMClassifier, lstm_classifier, next_character_lstm
+from fedjax_avail.tasks._matmul import dot_general, matmul
 from fedjax_avail.tasks._models import (
     CNN,
     INITS,
@@ -33,9 +34,11 @@ __all__ = [
     "classification",
     "cnn",
     "conv_general_dilated",
+    "dot_general",
     "lenet5",
     "logistic_regression",
     "lstm_classifier",
+    "matmul",
     "next_character_lstm",
     "max_pool",
     "mlp",

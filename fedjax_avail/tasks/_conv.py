@@ -11,7 +11,11 @@ instead: the ``KH x KW`` shifted windows of the (padded) images side by side, ``
 KH KW I]``, times the kernel as a ``[KH KW I, O]`` matrix. Slices, a concatenation and a dot
 (and their gradients: pads and dots) keep their fast paths inside loops: the same step took
 15-30 ms in a ``scan``, and a FedAvg round of that CNN at K = 10 went from 8.9 s to 0.83 s
-(``benchmarks/README.md``). It holds ``KH KW`` copies of each image while it runs.
+(``benchmarks/README.md``). It holds ``KH KW`` copies of each image while it runs. A large
+product (``fedjax_avail.tasks._matmul.LARGE``: pfl's CIFAR-10 CNN's second convolution, not the
+built-in models') is :func:`fedjax_avail.tasks.matmul`, whose gradients need no transposes of
+the windows or of the output gradient; forward mode (``jax.jvp``) through it raises JAX's
+``TypeError`` (``lax.conv_general_dilated`` supports it).
 
 It applies on the CPU backend to unit-stride, undilated, ungrouped 2-D convolutions in NHWC/
 HWIO layout with non-negative padding, operands of one dtype and a non-empty output (flax
@@ -30,6 +34,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import lax
+
+from fedjax_avail.tasks._matmul import applies as matmul_applies
+from fedjax_avail.tasks._matmul import matmul
 
 _NHWC = ("NHWC", "HWIO", "NHWC")
 _ONES = (1, 1)
@@ -80,5 +87,10 @@ def conv_general_dilated(
     # one concatenate (the memory estimate counts its output as this layer's windows)
     windows = lax.concatenate([images[:, a:a + height, b:b + width, :]
                                for a in range(kh) for b in range(kw)], 3)
-    return jnp.einsum("bhwk,ko->bhwo", windows, rhs.reshape(kh * kw * channels, features),
-                      precision=precision, preferred_element_type=preferred_element_type)
+    kernel = rhs.reshape(kh * kw * channels, features)
+    if preferred_element_type in (None, lhs.dtype) and matmul_applies(windows, kernel):
+        # the product and its gradients without transposes (fedjax_avail.tasks._matmul)
+        return matmul(windows.reshape(-1, kh * kw * channels), kernel).reshape(
+            lhs.shape[0], height, width, features)
+    return jnp.einsum("bhwk,ko->bhwo", windows, kernel, precision=precision,
+                      preferred_element_type=preferred_element_type)

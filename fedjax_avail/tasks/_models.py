@@ -12,11 +12,14 @@ from flax import linen as nn
 
 from fedjax_avail._checks import check_int
 from fedjax_avail.tasks._conv import conv_general_dilated
+from fedjax_avail.tasks._matmul import dot_general
 from fedjax_avail.tasks._pool import max_pool
 from fedjax_avail.tasks._task import Task, classification
 
 # flax's convolution with ours (fast inside loops on a CPU; parameters and names unchanged)
 Conv = functools.partial(nn.Conv, conv_general_dilated=conv_general_dilated)
+# flax's dense layer with our product (gradients without transposes on a CPU; same parameters)
+Dense = functools.partial(nn.Dense, dot_general=dot_general)
 
 
 class DenseOI(nn.Module):
@@ -126,9 +129,9 @@ class LeNet5(nn.Module):
         x = max_pool(nn.relu(Conv(6, (5, 5), padding=self.padding)(x)), (2, 2), (2, 2))
         x = max_pool(nn.relu(Conv(16, (5, 5), padding="VALID")(x)), (2, 2), (2, 2))
         x = x.reshape((x.shape[0], -1))
-        x = nn.relu(nn.Dense(120)(x))
-        x = nn.relu(nn.Dense(84)(x))
-        return nn.Dense(self.num_classes)(x)
+        x = nn.relu(Dense(120)(x))
+        x = nn.relu(Dense(84)(x))
+        return Dense(self.num_classes)(x)
 
 
 class CNN(nn.Module):

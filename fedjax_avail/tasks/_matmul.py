@@ -1,0 +1,92 @@
+"""A matrix product whose gradients keep XLA:CPU's fast layouts inside loops.
+
+JAX differentiates ``y = x @ w`` (``x [M, K]``, ``w [K, N]``) with respect to ``w`` as the
+product ``g^T x`` (``[N, K]``) followed by a transpose. Inside the local steps' loops XLA:CPU
+(JAX 0.10.2) kept that order: in a FedAvg round of pfl's CIFAR-10 CNN the dense layer's
+``[12544, 128]`` weight gradient came out ``[128, 12544]`` and the SGD update read it
+transposed (1.4 ms of a 12 ms step), and the convolutions' weight gradients transposed their
+``[7840, 288]`` windows or ``[7840, 64]`` output gradients before the product (1-1.4 ms each).
+
+:func:`matmul` computes the same product with a ``custom_vjp`` whose backward pass is the two
+products in the layouts the weights and inputs have: ``dx = g w^T`` (``[M, N] x [N, K]``,
+contracting ``N``) and ``dw = x^T g`` (``[M, K] x [M, N]``, contracting ``M``), each one
+``dot_general`` with no transpose. Values and gradients equal ``x @ w``'s up to float
+reordering (``tests/test_matmul.py``); the round above took 0.87-0.90x the time with this
+product in its large convolution and dense layer (:func:`fedjax_avail.tasks.conv_general_dilated`
+uses it), measured side by side (``benchmarks/before_after.py --algorithms fedavg_pfl_cnn``).
+
+:func:`dot_general` is ``lax.dot_general`` with this product for the contraction ``nn.Dense``
+makes (the last axis of ``[..., K]`` inputs with the first of a ``[K, N]`` kernel) on a CPU:
+``nn.Dense(..., dot_general=fa.tasks.dot_general)``. Any other contraction, a small product
+(``LARGE``), and every product on an accelerator, is ``lax.dot_general`` unchanged. Forward
+mode (``jax.jvp``, ``jax.jacfwd``) through a ``custom_vjp`` raises JAX's ``TypeError``; use
+``nn.Dense``'s default for that.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+_CONTRACT_ROWS = (((0,), (0,)), ((), ()))  # x^T g: both operands' first axes
+_CONTRACT_COLUMNS = (((1,), (1,)), ((), ()))  # g w^T: both operands' second axes
+
+
+@jax.custom_vjp
+def matmul(x: jax.Array, w: jax.Array) -> jax.Array:
+    """``x [M, K] @ w [K, N] -> [M, N]``, differentiated without transposes (module
+    docstring)."""
+    return jnp.dot(x, w)
+
+
+def _forward(x: jax.Array, w: jax.Array) -> tuple[jax.Array, tuple]:
+    return jnp.dot(x, w), (x, w)
+
+
+def _backward(residuals: tuple, g: jax.Array) -> tuple[jax.Array, jax.Array]:
+    x, w = residuals
+    return lax.dot_general(g, w, _CONTRACT_COLUMNS), lax.dot_general(x, g, _CONTRACT_ROWS)
+
+
+matmul.defvjp(_forward, _backward)
+
+
+# The product is replaced when an array JAX's rule would transpose (x [M, K], g [M, N] or the
+# weight gradient [K, N]) has at least this many elements (4 MiB of float32): pfl's CNN (the
+# second convolution's [7840, 288] windows, the dense layer's [12544, 128] kernel) took 0.895x
+# the round with it; LeNet-5 on MNIST, whose largest such array is its first convolution's
+# [3920, 25] windows a member, took 1.05-1.08x with it (benchmarks/results/
+# before_after_issue36_matmul_*.json), so small products keep JAX's own rule.
+LARGE = 2**20
+
+
+def applies(lhs: jax.Array, rhs: jax.Array) -> bool:
+    """Whether :func:`matmul` replaces the product of ``lhs [..., K]`` and ``rhs [K, N]``: on
+    the CPU backend, for operands of one floating dtype, when ``M K``, ``M N`` or ``K N`` is
+    at least ``LARGE`` (``M``: the rows of ``lhs``)."""
+    if not (jax.default_backend() == "cpu" and rhs.ndim == 2 and lhs.ndim >= 1
+            and lhs.dtype == rhs.dtype and jnp.issubdtype(lhs.dtype, jnp.floating)):
+        return False
+    (k, n), m = rhs.shape, math.prod(lhs.shape[:-1])
+    return max(m * k, m * n, k * n) >= LARGE
+
+
+def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
+                precision: Any = None, preferred_element_type: Any = None,
+                **kwargs: Any) -> jax.Array:
+    """``lax.dot_general`` (same arguments, same values up to float reordering); on a CPU, the
+    contraction of ``lhs [..., K]``'s last axis with ``rhs [K, N]``'s first is
+    :func:`matmul` of ``lhs`` as ``[M, K]`` (module docstring)."""
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+    dense = (tuple(lhs_contract) == (lhs.ndim - 1,) and tuple(rhs_contract) == (0,)
+             and not lhs_batch and not rhs_batch and not kwargs
+             and preferred_element_type in (None, lhs.dtype))
+    if not (dense and applies(lhs, rhs)):
+        return lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
+                               preferred_element_type=preferred_element_type, **kwargs)
+    out = matmul(lhs.reshape(-1, lhs.shape[-1]), rhs)
+    return out.reshape(*lhs.shape[:-1], rhs.shape[1])
