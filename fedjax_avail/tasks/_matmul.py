@@ -2,16 +2,18 @@
 
 JAX differentiates ``y = x @ w`` (``x [M, K]``, ``w [K, N]``) with respect to ``w`` as the
 product ``g^T x`` (``[N, K]``) followed by a transpose. Inside the local steps' loops XLA:CPU
-(JAX 0.10.2) kept that order: in a FedAvg round of pfl's CIFAR-10 CNN the dense layer's
-``[12544, 128]`` weight gradient came out ``[128, 12544]`` and the SGD update read it
-transposed (1.4 ms of a 12 ms step), and the convolutions' weight gradients transposed their
-``[7840, 288]`` windows or ``[7840, 64]`` output gradients before the product (1-1.4 ms each).
+(JAX 0.10.2) kept that order: in a FedAvg round of pfl's CIFAR-10 CNN (a profile of one
+``simulate`` round) the dense layer's ``[12544, 128]`` weight gradient came out
+``[128, 12544]`` and the SGD update read it transposed (1.35 ms of a 12.4 ms step), and the
+second convolution's weight gradient was a ``[64, 288]`` product of a transposed copy of the
+``[7840, 64]`` output gradient (0.25 ms) with the windows, at 98 GFLOP/s against its forward
+product's 230 (2.96 ms against 1.26 ms).
 
 :func:`matmul` computes the same product with a ``custom_vjp`` whose backward pass is the two
 products in the layouts the weights and inputs have: ``dx = g w^T`` (``[M, N] x [N, K]``,
 contracting ``N``) and ``dw = x^T g`` (``[M, K] x [M, N]``, contracting ``M``), each one
 ``dot_general`` with no transpose. Values and gradients equal ``x @ w``'s up to float
-reordering (``tests/test_matmul.py``); the round above took 0.87-0.90x the time with this
+reordering (``tests/test_matmul.py``); the round above took 0.90-0.98x the time with this
 product in its large convolution and dense layer (:func:`fedjax_avail.tasks.conv_general_dilated`
 uses it), measured side by side (``benchmarks/before_after.py --algorithms fedavg_pfl_cnn``).
 
@@ -56,11 +58,14 @@ matmul.defvjp(_forward, _backward)
 
 
 # The product is replaced when an array JAX's rule would transpose (x [M, K], g [M, N] or the
-# weight gradient [K, N]) has at least this many elements (4 MiB of float32): pfl's CNN (the
-# second convolution's [7840, 288] windows, the dense layer's [12544, 128] kernel) took 0.895x
-# the round with it; LeNet-5 on MNIST, whose largest such array is its first convolution's
-# [3920, 25] windows a member, took 1.05-1.08x with it (benchmarks/results/
-# before_after_issue36_matmul_*.json), so small products keep JAX's own rule.
+# weight gradient [K, N]) has at least this many elements (4 MiB of float32). FedAvg rounds of
+# pfl's CNN (its second convolution's [7840, 288] windows, its dense [12544, 128] kernel) took
+# 0.91x (median of 3; 0.90x of the best) with every product replaced, and 0.98x (0.95x of the
+# best; a slower phase of the machine) with this rule, which leaves its first convolution's
+# [9000, 27] windows alone (benchmarks/results/before_after_issue36_matmul_pfl_cnn.json). With
+# every product replaced, LeNet-5 on MNIST, whose largest such array is a member's [3920, 25]
+# windows, took 1.05-1.09x (before_after_issue36_matmul_cnns.json), so small products keep
+# JAX's own rule.
 LARGE = 2**20
 
 
