@@ -13,6 +13,7 @@ import numpy as np
 from fedjax_avail import runs as runs_lib
 from fedjax_avail._host import to_host
 from fedjax_avail.data import FederatedData
+from fedjax_avail.mesh import CLIENTS
 from fedjax_avail.tasks import Task
 
 
@@ -207,6 +208,15 @@ def _client_means(loss: Callable[..., Any], metrics: Callable[..., Any] | None, 
     return _jitted(evaluate, runs)
 
 
+def _first_copy(tree: Any) -> Any:
+    """Each array copied whole on several devices as its first device's copy (no copying)."""
+    def one(a):
+        if isinstance(a, jax.Array) and len(a.sharding.device_set) > 1:
+            return a.addressable_data(0)
+        return a
+    return jax.tree.map(one, tree)
+
+
 class Evaluators:
     """The compiled evaluators of a run: the training data, the test data, each client's test
     split (fairness), scored together on one model (or a stack of models ``[S, ...]``).
@@ -223,13 +233,19 @@ class Evaluators:
       layout: the runs axis's layout (:func:`make_evaluator`).
       mesh: ``simulate``'s device mesh: the test examples are put on its devices once (a copy
         on each, as the models), not sent to them at every evaluation; None: the default
-        device.
+        device. A mesh without a ``"clients"`` axis (the cohort split over devices) holds a
+        whole copy of everything on each device: the evaluations run on its first device's
+        copies alone (evaluating the copies on every device at once took 2.5x one device's
+        time on 2 CPU cores: ``benchmarks/results/peer_comparison.json`` of 2026-11-28).
     """
 
     def __init__(self, task: Task, train: Any, test_arrays: Mapping[str, Any] | None,
                  test_data: FederatedData | Mapping[str, Any] | None,
                  batch_size: int, train_examples: int | None, runs: bool, mesh: Any = None,
                  layout: str = "vmap"):
+        self._first_copy = mesh is not None and CLIENTS not in mesh.axis_names
+        if self._first_copy:
+            mesh, train = None, train.replace(arrays=_first_copy(train.arrays))
         if test_arrays is not None:  # once, for both evaluators of a FederatedData test set
             test_arrays = jax.device_put(dict(test_arrays), None if mesh is None else (
                 jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())))
@@ -247,6 +263,7 @@ class Evaluators:
             self.per_client = make_client_evaluator(task, test_data, batch_size, runs, layout)
 
     def compile(self, params: Any) -> None:
+        params = _first_copy(params) if self._first_copy else params
         for evaluator in [*self.splits.values(), *([self.per_client] if self.per_client else [])]:
             evaluator.compile(params)
 
@@ -254,5 +271,6 @@ class Evaluators:
                                              dict[str, np.ndarray] | None]:
         """``({split: {"loss": ..., **metrics}}, per-client values or None)`` on the host,
         each value with a leading runs axis when ``runs``."""
+        params = _first_copy(params) if self._first_copy else params
         values = {split: to_host(ev(params)) for split, ev in self.splits.items()}
         return values, to_host(self.per_client(params)) if self.per_client else None

@@ -279,14 +279,15 @@ def fitting_estimate(
 
 def fitting_mesh(
     mesh: Any, task: Task, data: FederatedData, algorithm: Any, availability: Any = None, *,
-    runs: int = 1, test_data: Mapping[str, Any] | FederatedData | None = None,
+    several: bool = False, test_data: Mapping[str, Any] | FederatedData | None = None,
     client_chunk: int | Literal["auto"] | None = "auto",
 ) -> Any:
     """``simulate``'s ``mesh`` resolved: a mesh or None as given; ``"auto"``
     (:func:`fedjax_avail.mesh.auto_mesh`) the cohort over this process's CPU devices, or one
     device (None) when that mesh would not fit in the free memory (each CPU device holds its
-    own copy of the data and the client arrays) or does not apply. ``simulate`` and the CLI's
-    ``--dry-run`` resolve it with this, so both choose the same devices.
+    own copy of the data and the client arrays) or does not apply (``several``: the run has a
+    runs axis, even of one seed). ``simulate`` and the CLI's ``--dry-run`` resolve it with this,
+    so both choose the same devices.
 
     Raises:
       ValueError: ``mesh`` is a string other than ``"auto"``.
@@ -294,7 +295,7 @@ def fitting_mesh(
     mesh_lib.check_mesh_argument(mesh)
     if not isinstance(mesh, str):
         return mesh
-    candidate = mesh_lib.auto_mesh(algorithm.footprint(data.num_clients).cohort, runs > 1)
+    candidate = mesh_lib.auto_mesh(algorithm.footprint(data.num_clients).cohort, several)
     if candidate is None:
         return None
     available = available_bytes(mesh=candidate)

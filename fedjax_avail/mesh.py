@@ -24,10 +24,10 @@ import numpy as np
 CLIENTS = "clients"  # the mesh axis the client axis is sharded over
 COHORT = "cohort"  # the mesh axis each round's cohort training is split over
 CPU_DEVICES_ENV = "FEDJAX_AVAIL_CPU_DEVICES"  # CPU devices asked for at import (default: cores)
-# "auto" splits the cohort over at most one CPU device per this many members: FedLaAvg of MNIST
-# logistic regression (K of N = 1000, 10 steps of 5) over 2 devices took 0.04x (K = 2), 0.63x
-# (K = 4), 1.09x (K = 10) and 1.75x (K = 20) one device's round, FedAvg 0.99x, 1.19x, 1.84x
-# and 2.32x; K = 100: 1.70x and 1.95x (2-core CPU, JAX 0.10.2).
+# "auto" splits the cohort over at most one CPU device per this many members: over 2 devices,
+# FedLaAvg of MNIST logistic regression (K of N = 1000, 10 steps of 5) was no faster than on
+# one up to K = 10 (K = 2: 27x slower), FedAvg at most 1.5x faster; from K = 16 both ran
+# 1.7-2.4x faster (benchmarks/cpu_cores.py, the table in docs/guide/performance.md).
 AUTO_MEMBERS_PER_DEVICE = 8
 
 
@@ -50,7 +50,8 @@ def use_cpu_cores() -> int | None:
     variable ``FEDJAX_AVAIL_CPU_DEVICES=D`` chooses D instead of the core count (1: one CPU
     device, as JAX's default; a device count chosen in JAX's own ways wins). It affects the
     CPU backend alone: with a GPU or TPU, JAX's default device and everything run on it are
-    unchanged.
+    unchanged. ``XLA_FLAGS`` set after the import are not seen here: choose the count before
+    importing the package (or with ``FEDJAX_AVAIL_CPU_DEVICES``).
 
     Returns:
       the CPU device count asked for, or None when nothing was changed.
@@ -108,8 +109,9 @@ def cohort_mesh(devices: int) -> Any:
     """A mesh with one ``"cohort"`` axis over the first ``devices`` devices: ``simulate(...,
     mesh=cohort_mesh(2))`` trains each round's K cohort members K / 2 per device.
 
-    On a CPU, ask JAX for that many devices first (one per core is the useful number), before
-    any JAX computation: ``jax.config.update("jax_num_cpu_devices", 2)``. XLA:CPU runs the
+    On a CPU, importing the package asks JAX for one device per core
+    (:func:`use_cpu_cores`); another count must be asked for before any JAX computation:
+    ``jax.config.update("jax_num_cpu_devices", 2)``. XLA:CPU runs the
     cohort's small batched matrix products on about one core, so this is how a multi-core CPU
     is used (measured: ``docs/guide/performance.md``, the devices table).
 

@@ -105,8 +105,11 @@ def make_plan(task: Task, data: FederatedData, algorithm: Any, availability: Any
     evaluation.check(task)
     hyper = _swept_values(runs, data.num_clients)
     algorithm = runs.algorithms[0]
+    # "auto" is recorded as asked (not as resolved): a resume where free memory or the cores
+    # differ may choose other devices; the checkpoint restores onto any placement
+    asked = "auto" if isinstance(mesh, str) else None
     mesh = memory.fitting_mesh(mesh, task, data, algorithm, runs.processes[0],
-                               runs=len(runs.seeds), test_data=evaluation.test_arrays,
+                               several=runs.several, test_data=evaluation.test_arrays,
                                client_chunk=client_chunk)
     chunks = memory.client_chunks(client_chunk, task, data, algorithm, mesh=mesh,
                                   runs_at_once=len(runs.seeds) if layout == "vmap" else 1)
@@ -125,7 +128,7 @@ def make_plan(task: Task, data: FederatedData, algorithm: Any, availability: Any
         seed=runs.seeds if runs.several else runs.seeds[0],
         data=(data.arrays, data.counts), **evaluation.settings(),
         client_chunk=chunks[0] if chunks[0] == chunks[1] else list(chunks),
-        mesh=None if mesh is None else dict(mesh.shape), slot_length=slot_length,
+        mesh=asked or (None if mesh is None else dict(mesh.shape)), slot_length=slot_length,
         max_virtual_time=max_virtual_time,
         **({"runs_layout": layout} if runs.several else {}),
         model=jax.eval_shape(lambda params: params, carry[0].params), **_environment())

@@ -83,12 +83,17 @@ for k in (16, 8):
                                    seed=0, mesh=mesh, eval_every=5)
             for mesh in ("auto", None)}
     out[k] = {"devices": {m: r.memory["devices"] for m, r in runs.items()},
+              "train_loss": {m: r.history.rows[-1]["train_loss"] for m, r in runs.items()},
               "difference": float(np.max(np.abs(np.asarray(runs["auto"].params)
                                                 - np.asarray(runs["None"].params))))}
 seeds = fa.simulate(task, fd, fa.algorithms.FedAvg(clients_per_round=16, local_steps=2,
                     batch_size=1, client_lr=0.1), fa.availability.AlwaysOn(), rounds=5,
                     seed=[0, 1], eval_every=5)
 out["seeds"] = [r.memory["devices"] for r in seeds]
+one_seed = fa.simulate(task, fd, fa.algorithms.FedAvg(clients_per_round=16, local_steps=2,
+                       batch_size=1, client_lr=0.1), fa.availability.AlwaysOn(), rounds=5,
+                       seed=[0], eval_every=5)
+out["one_seed_list"] = [r.memory["devices"] for r in one_seed]
 print(json.dumps(out))
 """
 
@@ -107,6 +112,27 @@ def test_auto_splits_one_runs_cohort_over_two_cpu_devices():
     assert out["16"]["difference"] < 1e-5  # the same training, up to float reordering
     assert out["8"]["difference"] == 0.0
     assert out["seeds"] == [1, 1]  # several runs use the cores with the "loop" layout
+    assert out["one_seed_list"] == [1]  # a runs axis of one seed too
+    # evaluated on the first device's copies: the same training loss up to float reordering
+    assert abs(out["16"]["train_loss"]["auto"] - out["16"]["train_loss"]["None"]) < 1e-5
+
+
+def test_a_resume_with_auto_may_choose_other_devices(tmp_path, monkeypatch):
+    points = np.random.default_rng(0).normal(size=(32, 3))
+    fd, task = fa.testing.point_clients(points), fa.testing.quadratic_task(3)
+    algorithm = fa.algorithms.FedAvg(clients_per_round=16, local_steps=1, batch_size=1,
+                                     client_lr=0.1)
+    whole = fa.simulate(task, fd, algorithm, fa.availability.AlwaysOn(), rounds=6, seed=0,
+                        eval_every=3)
+    first = fa.simulate(task, fd, algorithm, fa.availability.AlwaysOn(), rounds=3, seed=0,
+                        eval_every=3, checkpoint_dir=tmp_path)
+    assert first.memory["devices"] == 1  # the test session's one device: no mesh
+    one = jax.sharding.Mesh(np.array(jax.devices()[:1]), (fa.mesh.COHORT,))
+    monkeypatch.setattr(fa.mesh, "auto_mesh", lambda cohort, several: one)
+    resumed = fa.simulate(task, fd, algorithm, fa.availability.AlwaysOn(), rounds=6, seed=0,
+                          eval_every=3, checkpoint_dir=tmp_path)
+    assert resumed.memory["devices"] == 1 and resumed.history.rows[0]["round"] == 0
+    np.testing.assert_allclose(resumed.params, whole.params, rtol=1e-6, atol=1e-6)
 
 
 def test_auto_falls_back_to_one_device_when_the_mesh_would_not_fit(monkeypatch):

@@ -93,14 +93,30 @@ def test_dense_s_contraction_of_a_large_array_is_the_custom_product(x, w):
     assert "name=matmul" in str(jaxpr(jnp.ones(x), jnp.ones(w)))
 
 
-def test_the_built_in_models_small_products_keep_jax_s_rule_and_pfl_s_large_ones_do_not():
+def test_small_products_keep_jax_s_rule_and_large_ones_do_not():
+    # the forward jaxpr (under jax.grad the custom_vjp call is inlined into its rule)
     lenet = fa.tasks.lenet5((28, 28, 1))
     params = lenet.init(jax.random.PRNGKey(0))
-    batch = {"x": jnp.zeros((5, 28, 28, 1), jnp.uint8), "y": jnp.zeros((5,), jnp.int32)}
-    assert "name=matmul" not in str(jax.make_jaxpr(jax.grad(lenet.loss))(params, batch))
+    for batch_size, custom in ((5, False), (64, True)):  # [B 28 28, 25] windows: 2^20 at B = 54
+        batch = {"x": jnp.zeros((batch_size, 28, 28, 1), jnp.uint8),
+                 "y": jnp.zeros((batch_size,), jnp.int32)}
+        assert ("name=matmul" in str(jax.make_jaxpr(lenet.loss)(params, batch))) == custom
     conv = jax.make_jaxpr(lambda x, k: fa.tasks.conv_general_dilated(
         x, k, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC")))
     assert "name=matmul" in str(conv(jnp.ones((10, 30, 30, 32)), jnp.ones((3, 3, 32, 64))))
+
+
+@pytest.mark.parametrize("x, w", [((2, 3, 4), (4, 5)), ((3,), (3, 2)), ((2, 3), (4, 2))])
+def test_operands_that_are_not_two_chained_matrices_are_refused(x, w):
+    with pytest.raises(ValueError, match=r"matmul takes x \[M, K\] and w \[K, N\]"):
+        fa.tasks.matmul(jnp.ones(x), jnp.ones(w))
+    with pytest.raises(ValueError, match="of one dtype"):
+        jax.grad(lambda a: fa.tasks.matmul(a, jnp.ones(w)).sum())(jnp.ones(x))
+
+
+def test_two_dtypes_are_refused():
+    with pytest.raises(ValueError, match="float32.*bfloat16"):
+        fa.tasks.matmul(jnp.ones((2, 3)), jnp.ones((3, 2), jnp.bfloat16))
 
 
 def test_forward_mode_raises_as_documented():

@@ -156,6 +156,18 @@ def devices() -> str:
             + f"\n\n`python benchmarks/cohort_mesh_chunks.py`; {_machine(d)}.")
 
 
+def cpu_cores() -> str:
+    """One run's cohort on one CPU device against over every core, by K (the "auto" rule)."""
+    d = _load("cpu_cores.json")
+    body = [[r["algorithm"], str(r["k"]), _ms(r["one_device_s_per_round"]),
+             _ms(r["cores_s_per_round"]), f"{r['speedup']:.2f}x",
+             "cores" if r["auto_picks_cores"] else "one device"] for r in d["rows"]]
+    return (table(["algorithm", "K", "one device, per round", f"{d['devices']} cores, per round",
+                   "speedup", '`mesh="auto"` picks'], body)
+            + f"\n\nFedLaAvg's MNIST setting, {d['rounds']} rounds, best of {d['repeats']}; "
+            f"`python benchmarks/cpu_cores.py`; {_machine(d)}.")
+
+
 def run_axis_cpu() -> str:
     """8 seeds in one call, by layout, against one seed and a loop of 8 calls (CPU)."""
     d = _load("run_axis.json")

@@ -10,17 +10,25 @@ from fedjax_avail.run import Run
 
 
 def live_bytes() -> int:
-    """Bytes of every live device array of this process, over all the devices that hold it (a
-    copy on each of D devices counts D times; a split array, each part once)."""
-    total = 0
+    """Bytes of every live device buffer of this process, over all the devices that hold it (a
+    copy on each of D devices counts D times; a split array, each part once). A buffer two
+    arrays share (one device's copy of a replicated array, ``Array.addressable_data``) counts
+    once."""
+    total, seen = 0, set()
     for a in jax.live_arrays():
         if a.is_deleted():  # donated since it was listed: holds nothing now
             continue
         try:
-            if len(a.sharding.device_set) == 1:
-                total += a.nbytes
-            else:
-                total += sum(shard.data.nbytes for shard in a.addressable_shards)
+            parts = ([a] if len(a.sharding.device_set) == 1
+                     else [shard.data for shard in a.addressable_shards])
+            for part in parts:
+                try:
+                    key = (next(iter(part.devices())).id, part.unsafe_buffer_pointer())
+                except Exception:  # a backend without buffer pointers: counted as its own
+                    key = id(part)
+                if key not in seen:
+                    seen.add(key)
+                    total += part.nbytes
         except RuntimeError:  # deleted by another thread in between
             pass
     return total

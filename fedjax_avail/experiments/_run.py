@@ -371,7 +371,8 @@ def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None,
         rounds = setup.rounds_of(name, config)
         evaluation = _evaluation(setup, setup.eval_every_of(name, config), config)
         devices = memory.fitting_mesh(  # simulate's choice of devices
-            mesh, setup.task, setup.train, algorithm, setup.availability, runs=runs,
+            mesh, setup.task, setup.train, algorithm, setup.availability,
+            several=points > 1 or bool(config.get("seeds")),  # as run() gives simulate
             test_data=evaluation.test_arrays)
         available = memory.available_bytes(mesh=devices)
         estimate, _ = memory.fitting_estimate(  # simulate's choice of runs at once

@@ -12,10 +12,10 @@ KH KW I]``, times the kernel as a ``[KH KW I, O]`` matrix. Slices, a concatenati
 (and their gradients: pads and dots) keep their fast paths inside loops: the same step took
 15-30 ms in a ``scan``, and a FedAvg round of that CNN at K = 10 went from 8.9 s to 0.83 s
 (``benchmarks/README.md``). It holds ``KH KW`` copies of each image while it runs. A large
-product (``fedjax_avail.tasks._matmul.LARGE``: pfl's CIFAR-10 CNN's second convolution, not the
-built-in models') is :func:`fedjax_avail.tasks.matmul`, whose gradients need no transposes of
-the windows or of the output gradient; forward mode (``jax.jvp``) through it raises JAX's
-``TypeError`` (``lax.conv_general_dilated`` supports it).
+product (``fedjax_avail.tasks._matmul.LARGE``: pfl's CIFAR-10 CNN's second convolution; the
+built-in models' at a few images a batch stay below it) is :func:`fedjax_avail.tasks.matmul`,
+whose gradients need no transposes of the windows or of the output gradient; forward mode
+(``jax.jvp``) through it raises JAX's ``TypeError`` (``lax.conv_general_dilated`` supports it).
 
 It applies on the CPU backend to unit-stride, undilated, ungrouped 2-D convolutions in NHWC/
 HWIO layout with non-negative padding, operands of one dtype and a non-empty output (flax

@@ -38,14 +38,28 @@ _CONTRACT_ROWS = (((0,), (0,)), ((), ()))  # x^T g: both operands' first axes
 _CONTRACT_COLUMNS = (((1,), (1,)), ((), ()))  # g w^T: both operands' second axes
 
 
+def _check(x: jax.Array, w: jax.Array) -> None:
+    if (jnp.ndim(x) != 2 or jnp.ndim(w) != 2 or x.shape[1] != w.shape[0]
+            or jnp.result_type(x) != jnp.result_type(w)):
+        raise ValueError(f"matmul takes x [M, K] and w [K, N] of one dtype, got x "
+                         f"{jnp.result_type(x)}{list(jnp.shape(x))} and w "
+                         f"{jnp.result_type(w)}{list(jnp.shape(w))}")
+
+
 @jax.custom_vjp
 def matmul(x: jax.Array, w: jax.Array) -> jax.Array:
-    """``x [M, K] @ w [K, N] -> [M, N]``, differentiated without transposes (module
-    docstring)."""
+    """``x [M, K] @ w [K, N] -> [M, N]`` (one dtype), differentiated without transposes
+    (module docstring).
+
+    Raises:
+      ValueError: operands of other ranks, shapes that do not chain, or two dtypes.
+    """
+    _check(x, w)
     return jnp.dot(x, w)
 
 
 def _forward(x: jax.Array, w: jax.Array) -> tuple[jax.Array, tuple]:
+    _check(x, w)
     return jnp.dot(x, w), (x, w)
 
 
@@ -63,9 +77,10 @@ matmul.defvjp(_forward, _backward)
 # 0.91x (median of 3; 0.90x of the best) with every product replaced, and 0.98x (0.95x of the
 # best; a slower phase of the machine) with this rule, which leaves its first convolution's
 # [9000, 27] windows alone (benchmarks/results/before_after_issue36_matmul_pfl_cnn.json). With
-# every product replaced, LeNet-5 on MNIST, whose largest such array is a member's [3920, 25]
-# windows, took 1.05-1.09x (before_after_issue36_matmul_cnns.json), so small products keep
-# JAX's own rule.
+# every product replaced (a variant not committed), LeNet-5 on MNIST, whose largest such array
+# is a member's [3920, 25] windows, took 1.05-1.09x
+# (before_after_issue36_every_product_custom_lenet5_cnn.json), so small products keep JAX's
+# own rule.
 LARGE = 2**20
 
 
