@@ -243,8 +243,8 @@ class Evaluators:
                  test_data: FederatedData | Mapping[str, Any] | None,
                  batch_size: int, train_examples: int | None, runs: bool, mesh: Any = None,
                  layout: str = "vmap"):
-        self._first_copy = mesh is not None and CLIENTS not in mesh.axis_names
-        if self._first_copy:
+        self._one_device = mesh is not None and CLIENTS not in mesh.axis_names
+        if self._one_device:
             mesh, train = None, train.replace(arrays=_first_copy(train.arrays))
         if test_arrays is not None:  # once, for both evaluators of a FederatedData test set
             test_arrays = jax.device_put(dict(test_arrays), None if mesh is None else (
@@ -263,7 +263,7 @@ class Evaluators:
             self.per_client = make_client_evaluator(task, test_data, batch_size, runs, layout)
 
     def compile(self, params: Any) -> None:
-        params = _first_copy(params) if self._first_copy else params
+        params = _first_copy(params) if self._one_device else params
         for evaluator in [*self.splits.values(), *([self.per_client] if self.per_client else [])]:
             evaluator.compile(params)
 
@@ -271,6 +271,6 @@ class Evaluators:
                                              dict[str, np.ndarray] | None]:
         """``({split: {"loss": ..., **metrics}}, per-client values or None)`` on the host,
         each value with a leading runs axis when ``runs``."""
-        params = _first_copy(params) if self._first_copy else params
+        params = _first_copy(params) if self._one_device else params
         values = {split: to_host(ev(params)) for split, ev in self.splits.items()}
         return values, to_host(self.per_client(params)) if self.per_client else None

@@ -31,8 +31,8 @@ CPU_DEVICES_ENV = "FEDJAX_AVAIL_CPU_DEVICES"  # CPU devices asked for at import 
 AUTO_MEMBERS_PER_DEVICE = 8
 
 
-def _cores() -> int:
-    """The CPU cores this process may use."""
+def cpu_cores() -> int:
+    """The CPU cores this process may use (``os.sched_getaffinity``, else ``os.cpu_count``)."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
@@ -60,7 +60,7 @@ def use_cpu_cores() -> int | None:
       ValueError: ``FEDJAX_AVAIL_CPU_DEVICES`` is not an integer >= 1.
     """
     text = os.environ.get(CPU_DEVICES_ENV, "").strip()
-    devices = _cores()
+    devices = cpu_cores()
     if text:
         try:
             devices = int(text)

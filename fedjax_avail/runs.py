@@ -30,13 +30,13 @@ import concurrent.futures
 import copy
 import dataclasses
 import functools
-import os
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
+from fedjax_avail import mesh as mesh_lib
 from fedjax_avail._checks import is_real, real_field, static_reason
 
 
@@ -212,10 +212,9 @@ def runs_layout(layout: str = "auto", mesh: Any = None) -> str:
 
 def loop_workers(runs: int) -> int:
     """How many runs of the ``"loop"`` layout train at once: one a CPU core this process may
-    use (``os.sched_getaffinity``), at most ``runs``. Each holds its own copy of one run's state
-    and its own working sets (counted by :func:`fedjax_avail.estimate_memory`)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, min(int(runs), cores or 1))
+    use (:func:`fedjax_avail.mesh.cpu_cores`), at most ``runs``. Each holds its own copy of one
+    run's state and its own working sets (counted by :func:`fedjax_avail.estimate_memory`)."""
+    return max(1, min(int(runs), mesh_lib.cpu_cores()))
 
 
 def map_runs(fn: Callable[..., Any], in_axes: tuple[int | None, ...],

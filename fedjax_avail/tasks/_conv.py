@@ -13,7 +13,7 @@ KH KW I]``, times the kernel as a ``[KH KW I, O]`` matrix. Slices, a concatenati
 15-30 ms in a ``scan``, and a FedAvg round of that CNN at K = 10 went from 8.9 s to 0.83 s
 (``benchmarks/README.md``). It holds ``KH KW`` copies of each image while it runs. A large
 product (``fedjax_avail.tasks._matmul.LARGE``: pfl's CIFAR-10 CNN's second convolution; the
-built-in models' at a few images a batch stay below it) is :func:`fedjax_avail.tasks.matmul`,
+built-in models' at a few images a batch stay below it) is :func:`fedjax_avail.tasks.matmul`
 whose gradients need no transposes of the windows or of the output gradient; forward mode
 (``jax.jvp``) through it raises JAX's ``TypeError`` (``lax.conv_general_dilated`` supports it).
 
@@ -35,8 +35,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from fedjax_avail.tasks._matmul import applies as matmul_applies
-from fedjax_avail.tasks._matmul import matmul
+from fedjax_avail.tasks._matmul import dot_general
 
 _NHWC = ("NHWC", "HWIO", "NHWC")
 _ONES = (1, 1)
@@ -87,10 +86,8 @@ def conv_general_dilated(
     # one concatenate (the memory estimate counts its output as this layer's windows)
     windows = lax.concatenate([images[:, a:a + height, b:b + width, :]
                                for a in range(kh) for b in range(kw)], 3)
-    kernel = rhs.reshape(kh * kw * channels, features)
-    if preferred_element_type in (None, lhs.dtype) and matmul_applies(windows, kernel):
-        # the product and its gradients without transposes (fedjax_avail.tasks._matmul)
-        return matmul(windows.reshape(-1, kh * kw * channels), kernel).reshape(
-            lhs.shape[0], height, width, features)
-    return jnp.einsum("bhwk,ko->bhwo", windows, kernel, precision=precision,
-                      preferred_element_type=preferred_element_type)
+    # windows [B, H', W', KH KW I] x kernel [KH KW I, O]; a large product and its gradients
+    # without transposes (fedjax_avail.tasks._matmul)
+    return dot_general(windows, rhs.reshape(kh * kw * channels, features),
+                       (((3,), (0,)), ((), ())), precision=precision,
+                       preferred_element_type=preferred_element_type)

@@ -84,7 +84,7 @@ matmul.defvjp(_forward, _backward)
 LARGE = 2**20
 
 
-def applies(lhs: jax.Array, rhs: jax.Array) -> bool:
+def _applies(lhs: jax.Array, rhs: jax.Array) -> bool:
     """Whether :func:`matmul` replaces the product of ``lhs [..., K]`` and ``rhs [K, N]``: on
     the CPU backend, for operands of one floating dtype, when ``M K``, ``M N`` or ``K N`` is
     at least ``LARGE`` (``M``: the rows of ``lhs``)."""
@@ -105,7 +105,7 @@ def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
     dense = (tuple(lhs_contract) == (lhs.ndim - 1,) and tuple(rhs_contract) == (0,)
              and not lhs_batch and not rhs_batch and not kwargs
              and preferred_element_type in (None, lhs.dtype))
-    if not (dense and applies(lhs, rhs)):
+    if not (dense and _applies(lhs, rhs)):
         return lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
                                preferred_element_type=preferred_element_type, **kwargs)
     out = matmul(lhs.reshape(-1, lhs.shape[-1]), rhs)
