@@ -1,13 +1,14 @@
 """Benchmark: a round's time against the cohort size K, one ``vmap`` against ``"auto"`` chunks.
 
 FedAvg (C = 10, B = 5) on MNIST-shaped data (N = 10^4, ``scaling._images``), Bernoulli(0.5)
-availability, side by side in one process: for each task and K, the cohort trained in one
-``vmap`` (``client_chunk=None``) and with the automatic choice (``"auto"``, the default: on a CPU,
-chunks of at most ``fedjax_avail.memory.CPU_CHUNK_BYTES`` of members' working sets,
-:func:`fedjax_avail.memory.client_chunks`). Tasks: MNIST logistic regression and the
-784-200-200-10 MLP. Records s/round (compile excluded, best of ``--repeats`` after a warm-up run),
-the chunk "auto" chose, and each K's time over the smallest K's. Target (issue 17): on a CPU a
-round's time grows at most linearly in K (K = 1000 at most 10x K = 100).
+availability, on one device (``mesh=None``; ``chunk_budget.py`` also times chunks with the
+cohort over the cores), side by side in one process: for each task and K, the cohort trained
+in one ``vmap`` (``client_chunk=None``) and with the automatic choice (``"auto"``, the
+default: on a CPU, chunks of at most ``fedjax_avail.memory.CPU_CHUNK_BYTES`` of members'
+working sets, :func:`fedjax_avail.memory.client_chunks`). Tasks: MNIST logistic regression
+and the 784-200-200-10 MLP. Records s/round (compile excluded, best of ``--repeats`` after a
+warm-up run), the chunk "auto" chose, and each K's time over the smallest K's. Target (issue
+17): on a CPU a round's time grows at most linearly in K (K = 1000 at most 10x K = 100).
 
 Usage::
 
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
                     row["auto_s_per_round"] = row["vmap_s_per_round"]
                     continue
                 result = _time(task, fd, algorithm, rounds, args.repeats,
-                               client_chunk=chunk)
+                               client_chunk=chunk, mesh=None)
                 row[f"{label}_s_per_round"] = result.timing["s_per_round"]
             first = next((r for r in rows if r["task"] == name), row)
             for label in ("vmap", "auto"):

@@ -2,7 +2,7 @@
 
 FedAvg training an MLP 784-200-200-10 (K = 40 of N = 100 random MNIST-shaped clients, 5 local
 steps of B = 10) on a CPU made into 2 devices, its cohort trained in chunks of 4
-(``client_chunk=4``), in ``"auto"``'s chunks (2 members: ``fa.memory.client_chunks``; under
+(``client_chunk=4``), in ``"auto"``'s chunks (1 member: ``fa.memory.client_chunks``; under
 the mesh, of each device's 20) or in one ``vmap``, with and without
 ``mesh=fa.mesh.cohort_mesh(2)``:
 the engine's round time (compilation apart) and XLA's working set of a round, per layout, in

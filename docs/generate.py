@@ -47,6 +47,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "fedlaavg-end-to-end": speed.fedlaavg_end_to_end,
     "scaling-n": speed.scaling_n,
     "cohort-chunks": speed.cohort_chunks,
+    "chunk-budget": speed.chunk_budget,
     "devices": speed.devices,
     "cpu-cores": speed.cpu_cores,
     "run-axis": speed.run_axis_cpu,

@@ -190,7 +190,7 @@ def simulate(
         chunks of at most ``fedjax_avail.memory.CPU_CHUNK_BYTES`` of members' working sets
         when the cohort (under a ``"cohort"`` mesh axis, each device's share of it) is larger
         (XLA:CPU's batched small products slow down past the cache: MNIST logistic
-        regression trains K = 1000 in 17 chunks of 59), no bound on full-batch passes
+        regression trains K = 1000 in 91 chunks of 11), no bound on full-batch passes
         (:func:`fedjax_avail.memory.client_chunks`). Results match up to float reordering.
       mesh: a ``jax.sharding.Mesh`` with a ``"clients"`` axis, a ``"cohort"`` axis, or both.
         ``"clients"``: every client array (data rows, per-client tables, stamps, availability
@@ -266,7 +266,8 @@ def simulate(
         run = Run(rounds, plan.runs.seeds, plan.runs.several, desc, plan.carry,
                   max_virtual_time, start_time=start_time,
                   memory={"estimated": plan.estimate.total,
-                          "devices": 1 if plan.mesh is None else int(plan.mesh.size)})
+                          "devices": 1 if plan.mesh is None else int(plan.mesh.size),
+                          "client_chunk": plan.chunks[0]})
         plan.carry = None  # the run holds the state; a restored one replaces it
         own = [c for c in callbacks if c is not evaluation and c is not checkpointing]
         hooks = [StopOnCtrlC(checkpointing.directory if checkpointing else None), held,

@@ -59,12 +59,16 @@ from fedjax_avail.local import block_width, flat_size
 from fedjax_avail.selection import FullBatchPass
 from fedjax_avail.tasks import Task
 
-# A CPU trains the cohort in chunks of at most this many bytes of members' working sets
-# (client_chunk="auto"). Measured on 2 cores with AVX-512, FedAvg K = 100 or 1000: the fastest
-# chunks held 3.5-14 MB (logistic regression: 25-100 members; 200 members, 28 MB, were 2.7x
-# slower) and 6.4-13 MB (MLP 784-200-200-10: 2-4 members; one vmap of 100, 3.4x slower);
-# LeNet-5's rounds, bound by its convolutions, took 2.1-2.9 s at K = 100 for every chunk.
-CPU_CHUNK_BYTES = 8 * 2**20
+# A CPU device trains its cohort (its share under a "cohort" mesh) in chunks of at most this
+# many bytes of members' working sets (client_chunk="auto"): under a core's L2 cache (2 MiB on
+# the machine measured). On 2 cores with AVX-512 (JAX 0.10.2, FedAvg, C = 10, B = 5;
+# benchmarks/chunk_budget.py, results/chunk_budget.json), with the cohort over both cores
+# (simulate's default), MNIST logistic regression was fastest in chunks of 5-11 members
+# (0.7-1.5 MiB) and 1.1-1.5x slower in chunks of 16-56 (2.2-7.6 MiB): K = 100 took 0.66x and
+# K = 1000 0.62x the time of the 8 MiB budget before (chunks of 50 and 56); the MLP
+# 784-200-200-10 (3.1 MiB a member) one member at a time 0.85x that of two. On one device the
+# same choices took 0.78-0.89x. LeNet-5's and larger members pass the budget alone.
+CPU_CHUNK_BYTES = 3 * 2**19
 _WORKING_COPIES = 3  # P-sized float32 vectors per member in training: x, x0, grad (+ its delta)
 _LAYER_OPS = ("dot_general", "conv_general_dilated", "gather", "scan")  # output activations
 _BACKWARD_COPIES = 3  # each activation with gradients: its value, its cotangent, one scratch
@@ -345,15 +349,13 @@ def client_chunks(
     one ``vmap`` on accelerators; on a CPU (``backend``, default the platform of ``mesh``'s
     devices, else JAX's), when the members' working sets (:func:`_member_bytes`, times
     ``runs_at_once``: runs batched by ``runs_layout="vmap"``) pass ``CPU_CHUNK_BYTES``, in the
-    fewest chunks under it, as even as they come (K = 100 of at most 59 a chunk: 2 chunks of
-    50; K = 1000: 17 of 59, the last overlapping the one before by 3:
-    :func:`fedjax_avail.cohort.map_cohort`). Under a mesh with a ``"cohort"`` axis of D
-    devices, each device trains its ceil(K / D) members in its own chunks, so the rule applies
-    to that share (K = 1000 over 2 CPU devices: 9 chunks of 56 on each; FedAvg of an MLP,
-    K = 40 over 2 devices, in "auto"'s chunks of 2 took 0.32x one ``vmap``'s round:
-    ``benchmarks/cohort_mesh_chunks.py``). XLA:CPU runs a ``vmap`` of many
-    small products far slower per member once their working sets leave the cache (MNIST
-    logistic regression: K = 1000 took 36x K = 100 in one ``vmap``, 10x in these chunks;
+    fewest chunks under it, as even as they come (MNIST logistic regression, 141 KB a member,
+    at most 11 a chunk: K = 100 in 10 chunks of 10; K = 1000: 91 of 11, the last overlapping
+    the one before by 1: :func:`fedjax_avail.cohort.map_cohort`). Under a mesh with a
+    ``"cohort"`` axis of D devices, each device trains its ceil(K / D) members in its own
+    chunks, so the rule applies to that share (K = 1000 over 2 CPU devices: 46 chunks of 11 on
+    each). XLA:CPU runs a ``vmap`` of many small products far slower per member once their
+    working sets leave the cache (``CPU_CHUNK_BYTES``; ``benchmarks/chunk_budget.py``;
     ``benchmarks/cohort_chunks.py``). Members compute the same arithmetic in any
     chunk, so results match up to float reordering. ``"auto"`` leaves the full-batch passes
     of a selection that makes them (DivFL, SubTrunc, UnionFL, Power-of-Choice) unbounded

@@ -34,7 +34,9 @@ class Result:
         holding a copy or part of it, the working set once per device running the program
         (measured over this process's devices: over several processes, its own share).
         ``devices``: how many devices the run trained on (a mesh's size, 1 without one;
-        ``simulate``'s ``mesh="auto"`` chooses it).
+        ``simulate``'s ``mesh="auto"`` chooses it); ``client_chunk``: the members each device
+        trained at once (None: its whole share in one ``vmap``; ``client_chunk="auto"``
+        chooses it).
       stopped: why the run ended before ``rounds`` (a callback's :meth:`Run.stop` reason), or
         None when it ran them all.
     """

@@ -43,12 +43,12 @@ def _fedavg(k: int) -> fa.algorithms.FedAvg:
                                 client_lr=0.01)
 
 
-@pytest.mark.parametrize(("k", "chunk"), [(1000, 59), (100, 50), (60, 30), (59, None),
+@pytest.mark.parametrize(("k", "chunk"), [(1000, 11), (100, 10), (60, 10), (12, 6), (11, None),
                                           (10, None)])
 def test_auto_on_a_cpu_splits_the_cohort_evenly_into_chunks_that_fit_the_budget(k, chunk):
     task, fd = fa.tasks.logistic_regression(784, 10), _images(1000, 1)
-    most = memory.CPU_CHUNK_BYTES // LR_MEMBER  # 59 members of MNIST logistic regression
-    assert most == 59
+    most = memory.CPU_CHUNK_BYTES // LR_MEMBER  # 11 members of MNIST logistic regression
+    assert most == 11
     # no full-batch passes (uniform selection): the second value repeats the first
     assert memory.client_chunks("auto", task, fd, _fedavg(k), backend="cpu") == (chunk, chunk)
     divfl = fa.algorithms.FedAvg(clients_per_round=k, batch_size=5,
@@ -61,25 +61,25 @@ def test_auto_on_a_cpu_splits_the_cohort_evenly_into_chunks_that_fit_the_budget(
 
 def test_auto_counts_batched_runs_and_leaves_accelerators_one_vmap():
     task, fd, alg = fa.tasks.logistic_regression(784, 10), _images(1000, 1), _fedavg(100)
-    assert memory.client_chunks("auto", task, fd, alg, backend="cpu", runs_at_once=2) == (25, 25)
+    assert memory.client_chunks("auto", task, fd, alg, backend="cpu", runs_at_once=2) == (5, 5)
     clients = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("clients",))
-    assert memory.client_chunks("auto", task, fd, alg, backend="cpu", mesh=clients) == (50, 50)
+    assert memory.client_chunks("auto", task, fd, alg, backend="cpu", mesh=clients) == (10, 10)
     assert memory.client_chunks("auto", task, fd, alg, backend="gpu") == (None, None)
     assert memory.client_chunks("auto", task, fd, alg, backend="gpu", runs_at_once=8) == (
         None, None)
     # the platform read from a concrete mesh's devices (this process's: a CPU)
     one = fa.mesh.cohort_mesh(1)
-    expected = (50, 50) if jax.default_backend() == "cpu" else (None, None)
+    expected = (10, 10) if jax.default_backend() == "cpu" else (None, None)
     assert memory.client_chunks("auto", task, fd, alg, mesh=one) == expected
 
 
 @pytest.mark.parametrize(("k", "devices", "chunk"), [
-    (100, 1, 50), (100, 2, None), (200, 2, 50), (1000, 2, 56), (1000, 4, 50), (1000, 17, None),
-    (7, 2, None)])
+    (100, 1, 10), (100, 2, 10), (22, 2, None), (23, 2, 6), (1000, 2, 11), (1000, 17, 10),
+    (187, 17, None), (7, 2, None)])
 def test_auto_under_a_cohort_mesh_chunks_each_devices_share_of_the_cohort(k, devices, chunk):
     """Each of D devices trains its ceil(K / D) members (map_cohort), so "auto" applies the
-    chunk budget to that share: 2 devices of 500 members in chunks of 56 (9 a device), while
-    a share of 50 fits one vmap."""
+    chunk budget to that share: 2 devices of 500 members in chunks of 11 (46 a device), while
+    a share of 11 fits one vmap."""
     task, fd = fa.tasks.logistic_regression(784, 10), _images(1000, 1)
     mesh = jax.sharding.AbstractMesh((devices,), ("cohort",))
     assert memory.cohort_devices(mesh) == devices
@@ -109,15 +109,15 @@ def test_the_estimate_counts_the_members_trained_at_once_and_every_members_updat
              for chunk in (None, 10, "auto")}
     training = LR_MEMBER - 7850 * 4  # a member in training, its delta apart
     train, _ = memory.client_chunks("auto", task, fd, alg)
-    assert train == 59  # 1000 members in 17 chunks of 59, the last overlapping by 3
+    assert train == 11  # 1000 members in 91 chunks of 11, the last overlapping by 1
     # the K deltas are held together until aggregated, whatever the chunk, and the members
     # in training beside them (no padded stack: cohort.map_cohort)
-    for chunk, members in ((None, 1000), (10, 10), ("auto", 59)):
+    for chunk, members in ((None, 1000), (10, 10), ("auto", 11)):
         assert terms[chunk]["cohort_updates"] == 1000 * 7850 * 4, chunk
         assert terms[chunk]["cohort_working_set"] == members * training, chunk
     # under a "cohort" mesh of D devices: the cohort padded to D shares, each device its chunk
     two = jax.sharding.AbstractMesh((2,), ("cohort",))
-    for k, chunk, members in ((1000, "auto", 2 * 56), (1000, 7, 2 * 7), (7, None, 8)):
+    for k, chunk, members in ((1000, "auto", 2 * 11), (1000, 7, 2 * 7), (7, None, 8)):
         terms = fa.estimate_memory(task, fd, _fedavg(k), client_chunk=chunk, mesh=two).terms
         padded = -(-k // 2) * 2
         assert terms["cohort_updates"] == k * 7850 * 4, (k, chunk)
@@ -219,7 +219,7 @@ def test_auto_trains_in_its_chunks_and_matches_one_vmap_up_to_float_reordering(m
     task, fd = fa.tasks.logistic_regression(784, 10), _images(64)
     alg = fa.algorithms.FedAvg(clients_per_round=64, local_steps=2, batch_size=5,
                                client_lr=0.01, selection=fa.selection.PowerOfChoice(d=64))
-    assert memory.client_chunks("auto", task, fd, alg) == (32, None)  # 64 x 141 KB > 8 MiB
+    assert memory.client_chunks("auto", task, fd, alg) == (11, None)  # 64 x 141 KB > 1.5 MiB
     seen = []  # (members, chunk) of every cohort map the engine traces
     map_cohort = cohort_lib.map_cohort
 
@@ -236,8 +236,8 @@ def test_auto_trains_in_its_chunks_and_matches_one_vmap_up_to_float_reordering(m
         return result, sorted(set(seen), key=str)
 
     (auto, auto_maps), (whole, whole_maps) = run("auto"), run(None)
-    # training in chunks of 32; Power-of-Choice's full-batch losses of its 64 candidates whole
-    assert auto_maps == [(64, 32), (64, None)] and whole_maps == [(64, None)]
+    # training in chunks of 11; Power-of-Choice's full-batch losses of its 64 candidates whole
+    assert auto_maps == [(64, 11), (64, None)] and whole_maps == [(64, None)]
     flat = [np.concatenate([np.ravel(a) for a in jax.tree.leaves(r.params)])
             for r in (auto, whole)]
     np.testing.assert_allclose(flat[0], flat[1], rtol=1e-5, atol=1e-7)

@@ -145,6 +145,26 @@ def cohort_chunks() -> str:
             + f"\n\nN = 10^4, C = 10, B = 5; {_machine(d)}.")
 
 
+def chunk_budget() -> str:
+    """A CPU round's time by cohort chunk, over the cores and on one device (`CPU_CHUNK_BYTES`)."""
+    d = _load("chunk_budget.json")
+    groups: dict[tuple, list[dict]] = {}
+    for r in d["rows"]:
+        groups.setdefault((r["task"], r["k"], r["devices"]), []).append(r)
+    body = []
+    for (task, k, count), rows in groups.items():
+        explicit = [r for r in rows if r["client_chunk"] != "auto"]
+        auto = next(r for r in rows if r["client_chunk"] == "auto")
+        body.append([task, str(k), str(count),
+                     ", ".join(f"{r['client_chunk']}: {_ms(r['s_per_round'])}" for r in explicit),
+                     f"{auto['members_at_once'] or 'one vmap'}: {_ms(auto['s_per_round'])}"])
+    return (table(["task", "K", "devices", "per round, by members a chunk",
+                   '`"auto"`: its chunk, per round'], body)
+            + f"\n\nFedAvg, N = 10^4, C = 10, B = 5, {d['settings']['rounds']} rounds (K = 1000 "
+            f"and the MLP a quarter), best of {d['settings']['repeats']}; "
+            f"`python benchmarks/chunk_budget.py`; {_machine(d)}.")
+
+
 def devices() -> str:
     """`--devices D` (`cohort_mesh(D)`) against one device, with each `client_chunk`."""
     d = _load("cohort_mesh_chunks.json")
