@@ -258,7 +258,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="split each round's cohort over D devices; on a CPU, D virtual "
                           "devices, one per core (2 cores: about 2x faster). Default: on a "
                           "CPU, every core for a run of one seed with at least 8 clients a "
-                          "core per round (simulate's mesh='auto'), else one device")
+                          "core per round (simulate's mesh='auto'), else one device; "
+                          "--devices 1: one device (mesh=None)")
     run.add_argument("--tensorboard", action="store_true",
                      help="also write TensorBoard logs to OUT/tensorboard at every evaluation "
                           "(needs tensorboardX)")
@@ -404,7 +405,9 @@ def _with_sweeps(experiment, sweeps: list[str], overrides: dict):
 
 
 def _mesh(devices: int | None):
-    """A ``"cohort"`` mesh over ``devices`` devices (None: ``simulate``'s ``"auto"``)."""
+    """A ``"cohort"`` mesh over ``devices`` devices (None: ``simulate``'s ``"auto"``; 1: no
+    mesh, one device, as ``simulate(mesh=None)``: what a checkpoint written before the
+    automatic mesh resumes with)."""
     if devices is None:
         return "auto"
     if devices < 1:
@@ -417,14 +420,14 @@ def _mesh(devices: int | None):
         jax.config.update("jax_num_cpu_devices", devices)
     except RuntimeError:
         pass
-    return cohort_mesh(devices)
+    return None if devices == 1 else cohort_mesh(devices)
 
 
 def _planned_mesh(devices: int | None):
     """The mesh a run with ``--devices`` would use, for a dry run: on a CPU an abstract one (a
     run's fresh process makes that many CPU devices, which this one may no longer), else the
     run's own (which checks that the devices exist)."""
-    if devices is None or devices < 1:
+    if devices is None or devices <= 1:
         return _mesh(devices)
     import jax
 

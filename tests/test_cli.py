@@ -270,6 +270,19 @@ def test_devices_splits_the_cohort_and_changes_no_number(tmp_path):
     assert cli.main(["run", "--devices", "0"]) == 2
 
 
+def test_devices_1_is_one_device_without_a_mesh(monkeypatch, capsys):
+    """--devices 1 asks for simulate(mesh=None), whose fingerprint a checkpoint written before
+    the automatic mesh (or by mesh=None) records, so such a run resumes; no flag is "auto"."""
+    assert cli._mesh(1) is None and cli._planned_mesh(1) is None
+    assert cli._mesh(None) == "auto" and cli._planned_mesh(None) == "auto"
+    meshes, plan = [], experiments.plan
+    monkeypatch.setattr(experiments, "plan", lambda experiment, overrides, mesh, *a, **k: (
+        meshes.append(mesh) or plan(experiment, overrides, mesh, *a, **k)))
+    assert cli.main(["run", "--dry-run", "--devices", "1"]) == 0
+    capsys.readouterr()
+    assert meshes and all(m is None for m in meshes), meshes
+
+
 def test_more_devices_than_jax_has_is_one_line(capsys, tmp_path):
     import jax
 
