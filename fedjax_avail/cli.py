@@ -259,7 +259,8 @@ def _parser() -> argparse.ArgumentParser:
                           "devices, one per core (2 cores: about 2x faster). Default: on a "
                           "CPU, every core for a run of one seed with at least 8 clients a "
                           "core per round (simulate's mesh='auto'), else one device; "
-                          "--devices 1: one device (mesh=None)")
+                          "--devices 1: one device (mesh=None; several seeds still use "
+                          "the cores, one run a core)")
     run.add_argument("--tensorboard", action="store_true",
                      help="also write TensorBoard logs to OUT/tensorboard at every evaluation "
                           "(needs tensorboardX)")
@@ -358,8 +359,9 @@ def _run(args) -> int:
             *(["--config", str(args.config)] if args.config else []),
             *(a for pair in args.sweeps for a in ("--sweep", pair)),
             *(["--best", args.best] if args.sweeps else []),
-            *(["--separate-programs"] if args.separate_programs else []), "--out", str(out_dir),
-            "--resume"]
+            *(["--separate-programs"] if args.separate_programs else []),
+            *(["--devices", str(args.devices)] if args.devices is not None else []),
+            "--out", str(out_dir), "--resume"]
         what = interrupted if isinstance(interrupted, Interrupted) else "interrupted"
         how = ("run it again with --overwrite to start afresh (--no-checkpoint: nothing to "
                "resume from)"
@@ -406,8 +408,7 @@ def _with_sweeps(experiment, sweeps: list[str], overrides: dict):
 
 def _mesh(devices: int | None):
     """A ``"cohort"`` mesh over ``devices`` devices (None: ``simulate``'s ``"auto"``; 1: no
-    mesh, one device, as ``simulate(mesh=None)``: what a checkpoint written before the
-    automatic mesh resumes with)."""
+    mesh, one device, as ``simulate(mesh=None)``, whose checkpoints resume with it)."""
     if devices is None:
         return "auto"
     if devices < 1:

@@ -190,7 +190,7 @@ def simulate(
         chunks of at most ``fedjax_avail.memory.CPU_CHUNK_BYTES`` of members' working sets
         when the cohort (under a ``"cohort"`` mesh axis, each device's share of it) is larger
         (XLA:CPU's batched small products slow down past the cache: MNIST logistic
-        regression trains K = 1000 in 91 chunks of 11), no bound on full-batch passes
+        regression trains K = 1000 on one device in 91 chunks of 11), no bound on full-batch passes
         (:func:`fedjax_avail.memory.client_chunks`). Results match up to float reordering.
       mesh: a ``jax.sharding.Mesh`` with a ``"clients"`` axis, a ``"cohort"`` axis, or both.
         ``"clients"``: every client array (data rows, per-client tables, stamps, availability

@@ -64,11 +64,12 @@ from fedjax_avail.tasks import Task
 # the machine measured). On 2 cores with AVX-512 (JAX 0.10.2, FedAvg, C = 10, B = 5;
 # benchmarks/chunk_budget.py, results/chunk_budget.json), with the cohort over both cores
 # (simulate's default), MNIST logistic regression was fastest in chunks of 5-11 members
-# (0.7-1.5 MiB) and 1.1-1.5x slower in chunks of 16-56 (2.2-7.6 MiB): K = 100 took 0.66x and
+# (0.7-1.5 MiB) and 1.1-1.6x slower in chunks of 16-56 (2.2-7.6 MiB): K = 100 took 0.66x and
 # K = 1000 0.62x the time of the 8 MiB budget before (chunks of 50 and 56); the MLP
 # 784-200-200-10 (3.1 MiB a member) one member at a time 0.85x that of two. On one device the
-# same choices took 0.78-0.89x. LeNet-5's and larger members pass the budget alone.
-CPU_CHUNK_BYTES = 3 * 2**19
+# same choices were no slower (0.78-0.90x, within this machine's noise). LeNet-5's members
+# (1.7 MiB) and larger pass the budget alone: one at a time.
+CPU_CHUNK_BYTES = 3 * 2**20 // 2  # 1.5 MiB
 _WORKING_COPIES = 3  # P-sized float32 vectors per member in training: x, x0, grad (+ its delta)
 _LAYER_OPS = ("dot_general", "conv_general_dilated", "gather", "scan")  # output activations
 _BACKWARD_COPIES = 3  # each activation with gradients: its value, its cotangent, one scratch
@@ -327,7 +328,8 @@ def _member_bytes(task: Task, params: Any, data: FederatedData, batch: int) -> i
     CNN and 0.98x for an MLP in chunks of 1; FedLaAvg, MIFA (both starts), FedBuff, K-async
     SGD and WKAFL 0.96-1.01x (MLP, chunks of 1); in chunks of 7 (K = 40, the last chunk
     overlapping), FedAvg 1.09-1.11x, FedBuff 1.01-1.07x, FedLaAvg 1.00x, MIFA 0.99x (MLP),
-    and FedAvg 1.05x for logistic regression at K = 1000 in ``"auto"``'s chunks of 59; above
+    and FedAvg 1.05x for logistic regression at K = 1000 in chunks of 59 (the 8 MiB budget's
+    then); above
     in one ``vmap`` (1.3-2.0x for logistic regression and the MLP, whose members XLA trains
     in fewer copies)."""
     example = sum(math.prod(np.shape(a)[1:]) for a in data.arrays.values())

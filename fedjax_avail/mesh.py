@@ -25,9 +25,9 @@ CLIENTS = "clients"  # the mesh axis the client axis is sharded over
 COHORT = "cohort"  # the mesh axis each round's cohort training is split over
 CPU_DEVICES_ENV = "FEDJAX_AVAIL_CPU_DEVICES"  # CPU devices asked for at import (default: cores)
 # "auto" splits the cohort over at most one CPU device per this many members: over 2 devices,
-# FedLaAvg of MNIST logistic regression (K of N = 1000, 10 steps of 5) was no faster than on
-# one up to K = 10 (K = 2: 27x slower), FedAvg at most 1.5x faster; from K = 16 both ran
-# 1.7-2.4x faster (benchmarks/cpu_cores.py, the table in docs/guide/performance.md).
+# FedLaAvg of MNIST logistic regression (K of N = 1000, 10 steps of 5) was at most 1.13x
+# faster than on one up to K = 10 (K = 2: 24x slower), FedAvg at most 1.6x faster; from K = 16
+# both ran 1.5-2.5x faster (benchmarks/cpu_cores.py, the table in docs/guide/performance.md).
 AUTO_MEMBERS_PER_DEVICE = 8
 
 
@@ -43,7 +43,7 @@ def use_cpu_cores() -> int | None:
     train a cohort on every core (:func:`auto_mesh`); called when the package is imported.
 
     XLA:CPU runs a cohort's small batched products on about one core; D CPU devices are D
-    cores training members in parallel (MNIST FedAvg at K = 100: 1.95x on 2 cores). It changes
+    cores training members in parallel (MNIST FedAvg at K = 100: 2.5x on 2 cores). It changes
     nothing when JAX's backend has already started (JAX keeps its devices), when the device
     count was chosen already (``jax.config.update("jax_num_cpu_devices", D)`` or
     ``XLA_FLAGS=--xla_force_host_platform_device_count=D``), or on one core; the environment

@@ -118,8 +118,10 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_writes_what_finished_and_prints_the_resume_command(tmp_path):
     out = tmp_path / "run"
+    # --devices is in the checkpoint's fingerprint (1: mesh=None, the default "auto"): the
+    # printed command must repeat it for the resume to be accepted
     argv = ["run", "--set", "rounds=300", "--set", "eval_every=10", "--out", str(out),
-            "--checkpoint-every", "10", "--no-progress"]
+            "--checkpoint-every", "10", "--no-progress", "--devices", "1"]
     # A shell's background job inherits SIGINT ignored (and the run then, rightly, ignores
     # Ctrl-C): the child takes Python's default handler, as a user's foreground run has.
     child = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler)"
@@ -138,6 +140,7 @@ def test_ctrl_c_writes_what_finished_and_prints_the_resume_command(tmp_path):
     assert "interrupted after round" in err and "Resume with:" in err
     command = err.strip().splitlines()[-1].split()
     assert command[:2] == ["fedjax-avail", "run"] and command[-1] == "--resume"
+    assert command[command.index("--devices") + 1] == "1"
     assert (out / "summary.json").exists() and (out / "metrics.csv").exists()
     assert cli.main(command[1:]) == 0  # resume, as printed
     fresh = tmp_path / "fresh"

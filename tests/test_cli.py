@@ -271,8 +271,8 @@ def test_devices_splits_the_cohort_and_changes_no_number(tmp_path):
 
 
 def test_devices_1_is_one_device_without_a_mesh(monkeypatch, capsys):
-    """--devices 1 asks for simulate(mesh=None), whose fingerprint a checkpoint written before
-    the automatic mesh (or by mesh=None) records, so such a run resumes; no flag is "auto"."""
+    """--devices 1 asks for simulate(mesh=None), so a run checkpointed with mesh=None resumes
+    from the command line; no flag is "auto"."""
     assert cli._mesh(1) is None and cli._planned_mesh(1) is None
     assert cli._mesh(None) == "auto" and cli._planned_mesh(None) == "auto"
     meshes, plan = [], experiments.plan

@@ -59,6 +59,13 @@ def test_auto_on_a_cpu_splits_the_cohort_evenly_into_chunks_that_fit_the_budget(
         assert chunk <= most and blocks == -(-k // most) and blocks * chunk - k < blocks
 
 
+def test_a_member_past_the_budget_trains_alone():
+    # the MLP 784-200-200-10: 3 MiB a member (its four P-vectors alone pass 1.5 MiB)
+    task, fd = fa.tasks.mlp(784, (200, 200), 10), _images(1000, 1)
+    assert 4 * 199_210 * 4 > memory.CPU_CHUNK_BYTES
+    assert memory.client_chunks("auto", task, fd, _fedavg(40), backend="cpu") == (1, 1)
+
+
 def test_auto_counts_batched_runs_and_leaves_accelerators_one_vmap():
     task, fd, alg = fa.tasks.logistic_regression(784, 10), _images(1000, 1), _fedavg(100)
     assert memory.client_chunks("auto", task, fd, alg, backend="cpu", runs_at_once=2) == (5, 5)
@@ -244,6 +251,7 @@ def test_auto_trains_in_its_chunks_and_matches_one_vmap_up_to_float_reordering(m
     for name in ("num_available", "num_selected"):
         np.testing.assert_array_equal(auto.round_metrics[name], whole.round_metrics[name])
     assert auto.memory["estimated"] < whole.memory["estimated"]
+    assert auto.memory["client_chunk"] == 11 and whole.memory["client_chunk"] is None
     loss = auto.history["train_loss"]
     assert loss[-1] < loss[0]  # the rounds trained (the comparison is not of idle models)
 

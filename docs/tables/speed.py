@@ -150,9 +150,10 @@ def chunk_budget() -> str:
     d = _load("chunk_budget.json")
     groups: dict[tuple, list[dict]] = {}
     for r in d["rows"]:
-        groups.setdefault((r["task"], r["k"], r["devices"]), []).append(r)
+        groups.setdefault((r["task"], r["k"], r["layout"]), []).append(r)
     body = []
-    for (task, k, count), rows in groups.items():
+    for (task, k, _), rows in groups.items():
+        count = rows[0]["devices"]
         explicit = [r for r in rows if r["client_chunk"] != "auto"]
         auto = next(r for r in rows if r["client_chunk"] == "auto")
         body.append([task, str(k), str(count),
