@@ -68,7 +68,9 @@ from fedjax_avail.tasks import Task
 # K = 1000 0.62x the time of the 8 MiB budget before (chunks of 50 and 56); the MLP
 # 784-200-200-10 (3.1 MiB a member) one member at a time 0.85x that of two. On one device the
 # same choices were no slower (0.78-0.90x, within this machine's noise). LeNet-5's members
-# (1.7 MiB) and larger pass the budget alone: one at a time.
+# (1.7 MiB) and larger pass the budget alone: one at a time (FedAvg of LeNet-5 on MNIST took
+# 0.88x the time of 4 at a time, WKAFL's CNN 1.01x, the same models:
+# results/before_after_issue36_chunk_budget_cnns.json).
 CPU_CHUNK_BYTES = 3 * 2**20 // 2  # 1.5 MiB
 _WORKING_COPIES = 3  # P-sized float32 vectors per member in training: x, x0, grad (+ its delta)
 _LAYER_OPS = ("dot_general", "conv_general_dilated", "gather", "scan")  # output activations
