@@ -106,13 +106,11 @@ def test_an_availability_trace_is_split_over_its_clients_and_a_model_history_is_
 
 
 def test_the_loop_trains_the_most_runs_at_once_that_fit(monkeypatch):
-    import os
-
     fd = fa.FederatedData(arrays={"x": np.zeros((6, 784), np.uint8), "y": np.zeros(6, np.int32)},
                           offsets=np.arange(6, dtype=np.int32), counts=np.ones(6, np.int32))
     task = fa.tasks.logistic_regression(784, 10)
     alg = fa.algorithms.FedLaAvg(clients_per_round=2)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    monkeypatch.setattr(fa.mesh, "cpu_cores", lambda: 3)
     kw = dict(runs=4, runs_layout="loop")
     need = {w: fa.estimate_memory(task, fd, alg, loop_workers=w, **kw).total for w in (1, 2, 3)}
     assert need[1] < need[2] < need[3]

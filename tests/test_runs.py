@@ -1,7 +1,6 @@
 """Runs of one configuration in one compiled program: hyperparameter values and availability
 parameters on the runs axis (issue 9), checked against separate runs."""
 
-import os
 import threading
 
 import jax
@@ -87,7 +86,7 @@ def test_each_runs_layout_gives_every_run_its_separate_result(setting, layout,
     # FedLaAvg (a per-client table in the state) with LeastRecent selection, and FedAvg with
     # DivFL (a prepare pass before round 0): every run of the runs axis is its separate run;
     # "loop" trains two of the three runs at once (two cores), whatever the machine has.
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(fa.mesh, "cpu_cores", lambda: 2)
     task, fd = setting
     for alg in (fa.algorithms.FedLaAvg(clients_per_round=4, client_lr=0.1),
                 fa.algorithms.FedAvg(clients_per_round=4, selection=fa.selection.DivFL())):
@@ -121,7 +120,7 @@ def test_the_automatic_runs_layout_loops_over_runs_on_a_cpu_and_batches_elsewher
 
 
 def test_the_loop_layout_trains_one_run_a_core_at_most_all_runs(monkeypatch):
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    monkeypatch.setattr(fa.mesh, "cpu_cores", lambda: 3)
     assert [fa.runs.loop_workers(s) for s in (1, 2, 3, 8)] == [1, 2, 3, 3]
 
 
@@ -157,8 +156,7 @@ def test_the_memory_estimate_counts_the_runs_the_loop_trains_at_once(monkeypatch
     task, alg = fa.tasks.logistic_regression(784, 10), fa.algorithms.FedLaAvg(clients_per_round=2)
     one = fa.estimate_memory(task, fd, alg).terms
     for cores, workers in ((1, 1), (3, 3), (16, 4)):
-        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, c=cores: set(range(c)),
-                            raising=False)
+        monkeypatch.setattr(fa.mesh, "cpu_cores", lambda c=cores: c)
         four = fa.estimate_memory(task, fd, alg, runs=4, runs_layout="loop").terms
         assert four["per_client_tables"] == (4 + workers) * one["per_client_tables"], cores
         assert four["cohort_working_set"] == workers * one["cohort_working_set"], cores
@@ -176,7 +174,7 @@ def test_the_loop_trains_fewer_runs_at_once_rather_than_refuse_a_run(setting, mo
 
     task, fd = setting
     alg = fa.algorithms.FedLaAvg(clients_per_round=4, client_lr=0.1)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(fa.mesh, "cpu_cores", lambda: 2)
     process = fa.availability.Bernoulli(0.6)
     kw = dict(availability=process, test_data=None, runs=4, runs_layout="loop")
     one = fa.estimate_memory(task, fd, alg, loop_workers=1, **kw).total
@@ -207,7 +205,7 @@ def test_a_dry_run_refuses_exactly_the_seeds_simulate_refuses(monkeypatch, mnist
     del mnist
     if fa.runs.runs_layout() != "loop":
         pytest.skip("the loop layout is the CPU's")
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(fa.mesh, "cpu_cores", lambda: 2)
     experiment = experiments.get("subtrunc-mnist")
     overrides = {"seeds": (0, 1, 2, 3), "algorithms": ("random",), "data_dir": str(MNIST_DIR)}
     setup = experiment.build(experiment.config(overrides))
