@@ -24,6 +24,7 @@ import datetime
 from pathlib import Path
 
 from _common import machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+from cohort_chunks import _task
 from scaling import _images, _time
 
 import fedjax_avail as fa
@@ -35,12 +36,6 @@ SETTINGS = (("logistic_regression", 100, (2, 5, 10, 16, 25, 50), 1.0),
             ("logistic_regression", 1000, (5, 10, 16, 25, 56), 0.25),
             ("mlp", 40, (1, 2, 4, 10), 0.25))
 LAYOUTS = {"cores": "auto", "one_device": None}
-
-
-def _task(name: str) -> fa.Task:
-    if name == "logistic_regression":
-        return fa.tasks.logistic_regression(784, 10)
-    return fa.tasks.mlp(784, (200, 200), 10)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
