@@ -48,6 +48,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "scaling-n": speed.scaling_n,
     "cohort-chunks": speed.cohort_chunks,
     "chunk-budget": speed.chunk_budget,
+    "conv-groups": speed.conv_groups,
     "devices": speed.devices,
     "cpu-cores": speed.cpu_cores,
     "run-axis": speed.run_axis_cpu,

@@ -166,6 +166,29 @@ def chunk_budget() -> str:
             f"`python benchmarks/chunk_budget.py`; {_machine(d)}.")
 
 
+def conv_groups() -> str:
+    """A CPU convolution's windows by group of images, training and evaluating (`GROUP_BYTES`)."""
+    d = _load("conv_groups.json")
+    layouts: dict[str, list[dict]] = {}
+    for r in d["training"]:
+        layouts.setdefault(r["layout"], []).append(r)
+    body = [[f"training pfl's CNN, {layout} ({rows[0]['devices']})",
+             ", ".join(f"{r['setting']}: {r['ms_per_step']:.2f} ms ({r['over_one_product']:.2f}x)"
+                       for r in rows)] for layout, rows in layouts.items()]
+    plain = {r["model"]: r for r in d["evaluation"] if r["setting"] == "one product"}
+    for r in d["evaluation"]:
+        if r["setting"] == "default":
+            same = "same" if r["values"] == plain[r["model"]]["values"] else "other"
+            body.append([f"evaluating {r['model']}, one device",
+                         f"default: {r['s_per_call']:.3g} s ({r['over_one_product']:.2f}x; "
+                         f"{same} loss and accuracy)"])
+    return (table(["workload (devices)", "time by windows a group (over one product)"], body)
+            + "\n\nTraining: ms a step of 10 images (the best call); evaluation: 10,000 "
+            "MNIST-shaped or 5,000 CIFAR-10-shaped images in blocks of 4,096, the default "
+            "budget against one product a block; "
+            f"`python benchmarks/conv_groups.py`; {_machine(d)}.")
+
+
 def devices() -> str:
     """`--devices D` (`cohort_mesh(D)`) against one device, with each `client_chunk`."""
     d = _load("cohort_mesh_chunks.json")

@@ -12,10 +12,22 @@ KH KW I]``, times the kernel as a ``[KH KW I, O]`` matrix. Slices, a concatenati
 (and their gradients: pads and dots) keep their fast paths inside loops: the same step took
 15-30 ms in a ``scan``, and a FedAvg round of that CNN at K = 10 went from 8.9 s to 0.83 s
 (``benchmarks/README.md``). It holds ``KH KW`` copies of each image while it runs. A large
-product (``fedjax_avail.tasks._matmul.LARGE``: pfl's CIFAR-10 CNN's second convolution; the
-built-in models' at a few images a batch stay below it) is :func:`fedjax_avail.tasks.matmul`
-whose gradients need no transposes of the windows or of the output gradient; forward mode
-(``jax.jvp``) through it raises JAX's ``TypeError`` (``lax.conv_general_dilated`` supports it).
+product (``fedjax_avail.tasks._matmul.LARGE``) is :func:`fedjax_avail.tasks.matmul`, whose
+gradients need no transposes of the windows or of the output gradient.
+
+A batch whose windows would take more than ``GROUP_BYTES`` (1 MiB, half a core's L2 cache) is
+convolved a group of images at a time (:func:`images_per_group`: the largest divisor of the
+batch whose windows fit): a ``lax.map`` of the product over the groups, and a ``custom_vjp``
+whose backward pass builds each group's windows again, adds ``g^T windows`` to the kernel's
+gradient and sends ``g kernel^T`` back onto the group's pixels. The windows then stay in the
+cache and are never kept for the backward pass. pfl's CIFAR-10 CNN's second convolution (10
+images, 9 MB of windows) runs one image at a time: its FedAvg round took 0.86x the time of one
+product (median of 4 runs; ``benchmarks/results/before_after_issue36_grouped_windows_pfl_cnn
+.json``), a step 0.75x with a device per core (``simulate``'s default CPU mesh) but 1.20x in a
+program on one device, whose single products XLA splits over the cores; evaluating 5,000 images
+took 0.37x (``benchmarks/conv_groups.py``). The built-in models train at their papers' batch
+sizes under the budget, in one product. Forward mode (``jax.jvp``) through a large or grouped product raises JAX's
+``TypeError`` (``lax.conv_general_dilated`` supports it).
 
 It applies on the CPU backend to unit-stride, undilated, ungrouped 2-D convolutions in NHWC/
 HWIO layout with non-negative padding, operands of one dtype and a non-empty output (flax
@@ -28,6 +40,8 @@ your own gets it with ``nn.Conv(..., conv_general_dilated=fa.tasks.conv_general_
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,6 +53,9 @@ from fedjax_avail.tasks._matmul import dot_general
 
 _NHWC = ("NHWC", "HWIO", "NHWC")
 _ONES = (1, 1)
+# A batch whose windows take more bytes than this is convolved a group of images at a time
+# (images_per_group): half a core's L2 cache on the 2-core CPUs measured (2 MiB).
+GROUP_BYTES = 2**20
 
 
 def _as_matmul(lhs: jax.Array, rhs: jax.Array, window_strides: Sequence[int],
@@ -83,11 +100,86 @@ def conv_general_dilated(
     if any(p < 0 for pair in pads for p in pair) or height < 1 or width < 1:
         return lax.conv_general_dilated(lhs, rhs, **plain)
     images = jnp.pad(lhs, ((0, 0), *pads, (0, 0)))
+    group = images_per_group(images.shape, (kh, kw), images.dtype.itemsize)
+    if group < images.shape[0] and preferred_element_type in (None, images.dtype):
+        return _grouped(images, rhs, group, precision)
     # one concatenate (the memory estimate counts its output as this layer's windows)
-    windows = lax.concatenate([images[:, a:a + height, b:b + width, :]
-                               for a in range(kh) for b in range(kw)], 3)
+    windows = _windows(images, kh, kw)
     # windows [B, H', W', KH KW I] x kernel [KH KW I, O]; a large product and its gradients
     # without transposes (fedjax_avail.tasks._matmul)
     return dot_general(windows, rhs.reshape(kh * kw * channels, features),
                        (((3,), (0,)), ((), ())), precision=precision,
                        preferred_element_type=preferred_element_type)
+
+
+def _windows(images: jax.Array, kh: int, kw: int) -> jax.Array:
+    """The ``KH x KW`` shifted windows of padded ``images [B, H, W, I]`` side by side:
+    ``[B, H - KH + 1, W - KW + 1, KH KW I]``, channels fastest, the kernel's row-major order."""
+    height, width = images.shape[1] - kh + 1, images.shape[2] - kw + 1
+    return lax.concatenate([images[:, a:a + height, b:b + width, :]
+                            for a in range(kh) for b in range(kw)], 3)
+
+
+def images_per_group(shape: Sequence[int], kernel: Sequence[int], itemsize: int) -> int:
+    """Images a group of :func:`conv_general_dilated` builds windows for at once: the largest
+    divisor of the batch ``B`` of padded images ``shape [B, H, W, I]`` whose windows fit in
+    ``GROUP_BYTES`` (at least 1); ``B`` means the whole batch in one product."""
+    batch, height, width, channels = shape
+    kh, kw = kernel
+    per_image = (height - kh + 1) * (width - kw + 1) * kh * kw * channels * itemsize
+    fits = max(1, GROUP_BYTES // max(per_image, 1))
+    return max(d for d in range(1, batch + 1) if batch % d == 0 and d <= fits)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _grouped(images: jax.Array, kernel: jax.Array, group: int, precision: Any) -> jax.Array:
+    """The convolution of padded ``images [B, H, W, I]`` with ``kernel [KH, KW, I, O]``, the
+    windows of ``group`` images at a time (``lax.map``); the backward pass builds them again
+    instead of keeping them (module docstring)."""
+    kh, kw, channels, features = kernel.shape
+    matrix = kernel.reshape(kh * kw * channels, features)
+    groups = images.reshape(-1, group, *images.shape[1:])
+    out = lax.map(lambda part: lax.dot_general(_windows(part, kh, kw), matrix,
+                                               (((3,), (0,)), ((), ())), precision=precision),
+                  groups)
+    return out.reshape(images.shape[0], *out.shape[2:])
+
+
+def _grouped_forward(images: jax.Array, kernel: jax.Array, group: int,
+                     precision: Any) -> tuple[jax.Array, tuple]:
+    return _grouped(images, kernel, group, precision), (images, kernel)
+
+
+def _grouped_backward(group: int, precision: Any, residuals: tuple,
+                      cotangent: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Per group: the kernel's gradient ``g^T windows`` (``[O, KH KW I]``, summed over the
+    groups in float32 or wider) and the images' (``g kernel^T`` back onto the pixels each
+    window read: ``KH KW`` padded slices summed)."""
+    images, kernel = residuals
+    kh, kw, channels, features = kernel.shape
+    matrix = kernel.reshape(kh * kw * channels, features)
+    pixels = (((0, 1, 2), (0, 1, 2)), ((), ()))
+    total = jnp.result_type(kernel.dtype, jnp.float32)
+
+    def one_group(kernel_grad: jax.Array, part: tuple) -> tuple[jax.Array, jax.Array]:
+        part_images, part_cotangent = part
+        # [O, KH KW I]: in this orientation XLA transposes the (smaller) output gradient
+        kernel_grad = kernel_grad + lax.dot_general(
+            part_cotangent, _windows(part_images, kh, kw), pixels, precision=precision,
+            preferred_element_type=total)
+        windows_grad = lax.dot_general(part_cotangent, matrix, (((3,), (1,)), ((), ())),
+                                       precision=precision)
+        slices = [jnp.pad(windows_grad[..., (a * kw + b) * channels:(a * kw + b + 1) * channels],
+                          ((0, 0), (a, kh - 1 - a), (b, kw - 1 - b), (0, 0)))
+                  for a in range(kh) for b in range(kw)]
+        return kernel_grad, functools.reduce(operator.add, slices)
+
+    kernel_grad, images_grad = lax.scan(
+        one_group, jnp.zeros((features, kh * kw * channels), total),
+        (images.reshape(-1, group, *images.shape[1:]),
+         cotangent.reshape(-1, group, *cotangent.shape[1:])))
+    return (images_grad.reshape(images.shape),
+            kernel_grad.T.reshape(kernel.shape).astype(kernel.dtype))
+
+
+_grouped.defvjp(_grouped_forward, _grouped_backward)
