@@ -6,7 +6,9 @@ chosen from. Side by side in one process, each setting a fresh program:
 * training: ``profile_cnn_step.py``'s local training of pfl's CIFAR-10 CNN (``--clients`` x 5
   SGD steps of 10 images) on one device and split over a device per core (as ``simulate``'s
   default mesh), its second convolution's windows built for the whole batch in one product and
-  for groups of 5, 2 and 1 images; ms a step (the best call's time over all steps);
+  for groups of 5, 2 and 1 images (on one device the gradient is one product's; "groups of 1,
+  gradient too" forces the per-core gradient there); ms a step (the best call's time over all
+  steps);
 * evaluation: ``fa.evaluation.make_evaluator`` (blocks of 4,096 examples) of LeNet-5 and WKAFL's
   CNN on 10,000 MNIST-shaped images and of pfl's CNN on 5,000 CIFAR-10-shaped ones, with the
   default budget and with one product a block; s a call (best), and the values of both.
@@ -38,6 +40,8 @@ ONE_PRODUCT = 2**62  # a budget every batch's windows fit in
 PFL_CONV2_IMAGE = 28 * 28 * 3 * 3 * 32 * 4  # one image's windows in pfl's second convolution
 TRAINING = {"one product": ONE_PRODUCT, "groups of 5": 5 * PFL_CONV2_IMAGE,
             "groups of 2": 2 * PFL_CONV2_IMAGE, "groups of 1": PFL_CONV2_IMAGE}
+# on one device the gradient is one product's unless forced to the groups (_conv._per_core)
+FORCED = "groups of 1, gradient too"
 EVALUATION = {"default": _conv.GROUP_BYTES, "one product": ONE_PRODUCT}
 
 
@@ -77,7 +81,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    default = _conv.GROUP_BYTES
+    default, per_core = _conv.GROUP_BYTES, _conv._per_core
     training, evaluation = [], []
     payload = {"benchmark": "conv_groups", "date": datetime.datetime.now(
         datetime.timezone.utc).isoformat(timespec="seconds"), "machine": machine_info(),
@@ -87,11 +91,14 @@ def main(argv: list[str] | None = None) -> dict:
         programs = {}
         layouts = {"one device": 1, "a device per core": fa.mesh.cpu_cores()}
         for layout, devices in layouts.items():
-            for name, budget in TRAINING.items():
+            settings = dict(TRAINING, **({FORCED: PFL_CONV2_IMAGE} if devices == 1 else {}))
+            for name, budget in settings.items():
                 _conv.GROUP_BYTES = budget
+                _conv._per_core = (lambda: True) if name == FORCED else per_core
                 programs[layout, name] = local_training(fa.tasks.max_pool, args.clients,
                                                         min(devices, jax.device_count()))
                 jax.block_until_ready(programs[layout, name][0](*programs[layout, name][1]))
+                _conv._per_core = per_core
         times = {key: [] for key in programs}
         for _ in range(args.repeats):  # alternating, so slow phases fall on every setting
             for key, (compiled, inputs) in programs.items():
@@ -99,7 +106,8 @@ def main(argv: list[str] | None = None) -> dict:
         for (layout, name), calls in times.items():
             ms = 1e3 * min(calls) / (args.clients * STEPS)
             training.append({"layout": layout, "devices": layouts[layout], "setting": name,
-                             "group_bytes": TRAINING[name], "ms_per_step": ms,
+                             "group_bytes": TRAINING.get(name, PFL_CONV2_IMAGE),
+                             "ms_per_step": ms,
                              "over_one_product": min(calls) / min(times[layout, "one product"])})
             print(f"training, pfl's CNN, {layout:17s} {name:12s} {ms:7.2f} ms a step "
                   f"({training[-1]['over_one_product']:.2f}x)", flush=True)
@@ -121,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
             evaluation.extend(rows.values())
             write_json(args.out, payload)
     finally:
-        _conv.GROUP_BYTES = default
+        _conv.GROUP_BYTES, _conv._per_core = default, per_core
     write_json(args.out, payload)
     return payload
 

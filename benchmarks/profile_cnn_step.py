@@ -32,7 +32,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from _common import machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
 from flax import linen as nn
 from peer_comparison import PflSimpleCNN
@@ -48,8 +47,9 @@ STEPS = cifar10_shape.LOCAL_STEPS
 
 def local_training(pool: Any, clients: int, devices: int = 1) -> tuple[Any, tuple]:
     """The compiled program (``clients`` x ``STEPS`` SGD steps) and its arguments; with
-    ``devices`` > 1 the clients are split over that many devices (``shard_map``), as
-    ``simulate``'s default mesh splits a CPU cohort over the cores."""
+    ``devices`` > 1 the clients are split over that many devices one at a time a device, as
+    ``simulate``'s default mesh splits a CPU cohort over the cores (``fa.cohort.map_cohort``
+    under ``fa.mesh.cohort_mesh(devices)``)."""
     model = PflSimpleCNN(pool=pool)
     key = jax.random.PRNGKey(0)
     params = model.init(key, jnp.zeros((1, *cifar10_shape.IMAGE_SHAPE)))
@@ -67,16 +67,12 @@ def local_training(pool: Any, clients: int, devices: int = 1) -> tuple[Any, tupl
             return jax.tree.map(lambda v, g: v - cifar10_shape.CLIENT_LR * g, p, grads), None
         return jax.lax.scan(step, params, (images, labels))[0]
 
-    def run(x, y):
-        return jax.lax.map(lambda a: client(*a), (x, y))
-
     if devices > 1:
-        mesh = jax.sharding.Mesh(np.array(jax.devices()[:devices]), ("clients",))
-        split = jax.sharding.PartitionSpec("clients")
-        # the model is a constant of every device's loop, not split: no replication checks
-        run = jax.shard_map(run, mesh=mesh, in_specs=split, out_specs=split, check_vma=False)
-        x, y = (jax.device_put(a, jax.sharding.NamedSharding(mesh, split)) for a in (x, y))
-    return jax.jit(run).lower(x, y).compile(), (x, y)
+        with fa.mesh.mesh_context(fa.mesh.cohort_mesh(devices)):
+            program = jax.jit(lambda x, y: fa.cohort.map_cohort(client, x, y, chunk=1))
+            return program.lower(x, y).compile(), (x, y)
+    program = jax.jit(lambda x, y: jax.lax.map(lambda a: client(*a), (x, y)))
+    return program.lower(x, y).compile(), (x, y)
 
 
 def operations(compiled: Any, args: tuple, steps: int, top: int) -> list[dict[str, Any]]:

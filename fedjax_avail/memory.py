@@ -454,8 +454,7 @@ def _layer_outputs(jaxpr: Any, every_step: bool) -> int:
     """Elements of the activations of ``jaxpr``: the outputs of its matmuls, convolutions (and
     the windows of a CPU convolution, ``_LAYER_OPS``), gathers (embedding lookups) and scans (a
     recurrent layer's outputs), sub-jaxprs too; a
-    ``scan`` body's once per step if ``every_step`` (what the gradient keeps), else once (and
-    once inside a ``custom_vjp``: a grouped CPU convolution's windows, one group's)."""
+    ``scan`` body's once per step if ``every_step`` (what the gradient keeps), else once."""
     total = 0
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
@@ -464,10 +463,7 @@ def _layer_outputs(jaxpr: Any, every_step: bool) -> int:
         if name in _LAYER_OPS or (name == "concatenate" and eqn.outvars[0].aval.ndim >= 3):
             total += sum(math.prod(v.aval.shape) for v in eqn.outvars)
         steps = eqn.params.get("length", 1) if every_step and name == "scan" else 1
-        # a custom_vjp's backward pass keeps its inputs, not its loops' steps (a grouped CPU
-        # convolution builds one group's windows at a time, forward and backward)
-        kept = every_step and not name.startswith("custom_vjp_call")
-        total += steps * sum(_layer_outputs(sub, kept)
+        total += steps * sum(_layer_outputs(sub, every_step)
                              for sub in _sub_jaxprs(eqn.params.values()))
     return total
 

@@ -17,17 +17,20 @@ gradients need no transposes of the windows or of the output gradient.
 
 A batch whose windows would take more than ``GROUP_BYTES`` (1 MiB, half a core's L2 cache) is
 convolved a group of images at a time (:func:`images_per_group`: the largest divisor of the
-batch whose windows fit): a ``lax.map`` of the product over the groups, and a ``custom_vjp``
-whose backward pass builds each group's windows again, adds ``g^T windows`` to the kernel's
-gradient and sends ``g kernel^T`` back onto the group's pixels. The windows then stay in the
-cache and are never kept for the backward pass. pfl's CIFAR-10 CNN's second convolution (10
-images, 9 MB of windows) runs one image at a time: its FedAvg round took 0.86x the time of one
-product (median of 4 runs; ``benchmarks/results/before_after_issue36_grouped_windows_pfl_cnn
-.json``), a step 0.75x with a device per core (``simulate``'s default CPU mesh) but 1.20x in a
-program on one device, whose single products XLA splits over the cores; evaluating 5,000 images
-took 0.37x (``benchmarks/conv_groups.py``). The built-in models train at their papers' batch
-sizes under the budget, in one product. Forward mode (``jax.jvp``) through a large or grouped product raises JAX's
-``TypeError`` (``lax.conv_general_dilated`` supports it).
+batch whose windows fit): a ``lax.map`` of the product over the groups, which keeps the windows
+in the cache. Its gradient depends on where it runs. Under a mesh of several devices
+(``simulate``'s CPU mesh, a device per core) a ``custom_vjp`` builds each group's windows again
+in the backward pass, adds ``g^T windows`` to the kernel's gradient and sends ``g kernel^T``
+back onto the group's pixels, so no windows are kept; elsewhere (a program on one device, whose
+single large products XLA splits over the cores) the forward and backward passes of a gradient
+are one product's. pfl's CIFAR-10 CNN's second convolution (10 images, 9 MB of windows) runs
+one image at a time: with a device per core a training step took 0.91x the time of one
+product (``benchmarks/conv_groups.py``) and a FedAvg round 0.85x (median of 4 runs,
+``benchmarks/results/before_after_issue36_grouped_windows_pfl_cnn.json``); on one device a step
+took 1.03x, and 1.41x had its gradient been grouped too; evaluating 5,000 images took 0.34x.
+The built-in models train at their papers' batch sizes under the budget, in one product. Forward mode
+(``jax.jvp``) through a large or grouped product raises JAX's ``TypeError``
+(``lax.conv_general_dilated`` supports it).
 
 It applies on the CPU backend to unit-stride, undilated, ungrouped 2-D convolutions in NHWC/
 HWIO layout with non-negative padding, operands of one dtype and a non-empty output (flax
@@ -102,12 +105,26 @@ def conv_general_dilated(
     images = jnp.pad(lhs, ((0, 0), *pads, (0, 0)))
     group = images_per_group(images.shape, (kh, kw), images.dtype.itemsize)
     if group < images.shape[0] and preferred_element_type in (None, images.dtype):
-        return _grouped(images, rhs, group, precision)
+        return _grouped(images, rhs, group, precision, _per_core())
+    return _one_product(images, rhs, precision, preferred_element_type)
+
+
+def _per_core() -> bool:
+    """Whether this is traced under a mesh of several devices (``simulate``'s CPU mesh splits
+    the cohort over a device per core: :func:`fedjax_avail.mesh.mesh_context`), where a
+    device's products run on about one core."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return not mesh.empty and mesh.size > 1
+
+
+def _one_product(images: jax.Array, kernel: jax.Array, precision: Any = None,
+                 preferred_element_type: Any = None) -> jax.Array:
+    """The convolution of padded ``images [B, H, W, I]`` with ``kernel [KH, KW, I, O]`` as one
+    product: windows ``[B, H', W', KH KW I]`` x kernel ``[KH KW I, O]``, a large product and
+    its gradients without transposes (:mod:`fedjax_avail.tasks._matmul`)."""
+    kh, kw, channels, features = kernel.shape
     # one concatenate (the memory estimate counts its output as this layer's windows)
-    windows = _windows(images, kh, kw)
-    # windows [B, H', W', KH KW I] x kernel [KH KW I, O]; a large product and its gradients
-    # without transposes (fedjax_avail.tasks._matmul)
-    return dot_general(windows, rhs.reshape(kh * kw * channels, features),
+    return dot_general(_windows(images, kh, kw), kernel.reshape(kh * kw * channels, features),
                        (((3,), (0,)), ((), ())), precision=precision,
                        preferred_element_type=preferred_element_type)
 
@@ -131,11 +148,14 @@ def images_per_group(shape: Sequence[int], kernel: Sequence[int], itemsize: int)
     return max(d for d in range(1, batch + 1) if batch % d == 0 and d <= fits)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
-def _grouped(images: jax.Array, kernel: jax.Array, group: int, precision: Any) -> jax.Array:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _grouped(images: jax.Array, kernel: jax.Array, group: int, precision: Any,
+             per_core: bool) -> jax.Array:
     """The convolution of padded ``images [B, H, W, I]`` with ``kernel [KH, KW, I, O]``, the
-    windows of ``group`` images at a time (``lax.map``); the backward pass builds them again
-    instead of keeping them (module docstring)."""
+    windows of ``group`` images at a time (``lax.map``). Differentiated ``per_core`` (under
+    ``simulate``'s CPU mesh), the backward pass builds them again a group at a time instead of
+    keeping them; else the forward pass for a gradient is :func:`_one_product` (module
+    docstring)."""
     kh, kw, channels, features = kernel.shape
     matrix = kernel.reshape(kh * kw * channels, features)
     groups = images.reshape(-1, group, *images.shape[1:])
@@ -145,16 +165,21 @@ def _grouped(images: jax.Array, kernel: jax.Array, group: int, precision: Any) -
     return out.reshape(images.shape[0], *out.shape[2:])
 
 
-def _grouped_forward(images: jax.Array, kernel: jax.Array, group: int,
-                     precision: Any) -> tuple[jax.Array, tuple]:
-    return _grouped(images, kernel, group, precision), (images, kernel)
+def _grouped_forward(images: jax.Array, kernel: jax.Array, group: int, precision: Any,
+                     per_core: bool) -> tuple[jax.Array, Any]:
+    if per_core:
+        return _grouped(images, kernel, group, precision, per_core), (images, kernel)
+    # one product and its pullback (a pytree of the windows and the kernel)
+    return jax.vjp(functools.partial(_one_product, precision=precision), images, kernel)
 
 
-def _grouped_backward(group: int, precision: Any, residuals: tuple,
+def _grouped_backward(group: int, precision: Any, per_core: bool, residuals: Any,
                       cotangent: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Per group: the kernel's gradient ``g^T windows`` (``[O, KH KW I]``, summed over the
     groups in float32 or wider) and the images' (``g kernel^T`` back onto the pixels each
-    window read: ``KH KW`` padded slices summed)."""
+    window read: ``KH KW`` padded slices summed). Not ``per_core``: one product's pullback."""
+    if not per_core:
+        return residuals(cotangent)
     images, kernel = residuals
     kh, kw, channels, features = kernel.shape
     matrix = kernel.reshape(kh * kw * channels, features)
