@@ -28,8 +28,8 @@ one image at a time: with a device per core a training step took 0.91x the time 
 product (``benchmarks/conv_groups.py``) and a FedAvg round 0.85x (median of 4 runs,
 ``benchmarks/results/before_after_issue36_grouped_windows_pfl_cnn.json``); on one device a step
 took 1.03x, and 1.41x had its gradient been grouped too; evaluating 5,000 images took 0.34x.
-The built-in models train at their papers' batch sizes under the budget, in one product. Forward mode
-(``jax.jvp``) through a large or grouped product raises JAX's ``TypeError``
+The built-in models train at their papers' batch sizes under the budget, in one product.
+Forward mode (``jax.jvp``) through a large or grouped product raises JAX's ``TypeError``
 (``lax.conv_general_dilated`` supports it).
 
 It applies on the CPU backend to unit-stride, undilated, ungrouped 2-D convolutions in NHWC/
