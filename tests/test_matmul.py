@@ -56,7 +56,7 @@ def test_dot_general_is_flax_dense_s_product_with_the_same_parameters():
     def loss(module, p):
         return jnp.sum(module.apply(p, x) ** 2)
 
-    assert "name=matmul" in str(jax.make_jaxpr(lambda p: ours.apply(p, x))(params))
+    assert "name=_matmul" in str(jax.make_jaxpr(lambda p: ours.apply(p, x))(params))
     np.testing.assert_allclose(ours.apply(params, x), plain.apply(params, x), rtol=1e-5,
                                atol=1e-5)
     for a, b in zip(jax.tree.leaves(jax.grad(lambda p: loss(ours, p))(params)),
@@ -79,7 +79,7 @@ def test_other_contractions_are_lax_dot_general_unchanged(case):
     }[case]
     kwargs = {"preferred_element_type": jnp.float32} if case == "preferred type" else {}
     jaxpr = jax.make_jaxpr(lambda a, b: fa.tasks.dot_general(a, b, args[2], **kwargs))(*args[:2])
-    assert "name=matmul" not in str(jaxpr)
+    assert "name=_matmul" not in str(jaxpr)
     np.testing.assert_array_equal(fa.tasks.dot_general(*args, **kwargs),
                                   lax.dot_general(*args, **kwargs))
 
@@ -90,20 +90,22 @@ def test_dense_s_contraction_of_a_large_array_is_the_custom_product(x, w):
     # M K, K N or M N at least 2^20 elements
     jaxpr = jax.make_jaxpr(lambda a, b: fa.tasks.dot_general(a, b, (((a.ndim - 1,), (0,)),
                                                                      ((), ()))))
-    assert "name=matmul" in str(jaxpr(jnp.ones(x), jnp.ones(w)))
+    assert "name=_matmul" in str(jaxpr(jnp.ones(x), jnp.ones(w)))
 
 
-def test_small_products_keep_jax_s_rule_and_large_ones_do_not():
-    # the forward jaxpr (under jax.grad the custom_vjp call is inlined into its rule)
+def test_small_products_keep_jax_s_rule_and_large_ones_do_not(monkeypatch):
+    # the forward jaxpr (under jax.grad the custom_vjp call is inlined into its rule), of
+    # convolutions as one product each (what a gradient on one device computes)
+    monkeypatch.setattr(fa.tasks._conv, "GROUP_BYTES", 2**62)
     lenet = fa.tasks.lenet5((28, 28, 1))
     params = lenet.init(jax.random.PRNGKey(0))
     for batch_size, custom in ((5, False), (64, True)):  # [B 28 28, 25] windows: 2^20 at B = 54
         batch = {"x": jnp.zeros((batch_size, 28, 28, 1), jnp.uint8),
                  "y": jnp.zeros((batch_size,), jnp.int32)}
-        assert ("name=matmul" in str(jax.make_jaxpr(lenet.loss)(params, batch))) == custom
+        assert ("name=_matmul" in str(jax.make_jaxpr(lenet.loss)(params, batch))) == custom
     conv = jax.make_jaxpr(lambda x, k: fa.tasks.conv_general_dilated(
         x, k, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC")))
-    assert "name=matmul" in str(conv(jnp.ones((10, 30, 30, 32)), jnp.ones((3, 3, 32, 64))))
+    assert "name=_matmul" in str(conv(jnp.ones((10, 30, 30, 32)), jnp.ones((3, 3, 32, 64))))
 
 
 @pytest.mark.parametrize("x, w", [((2, 3, 4), (4, 5)), ((3,), (3, 2)), ((2, 3), (4, 2))])
@@ -123,3 +125,27 @@ def test_forward_mode_raises_as_documented():
     x, w = jnp.ones((3, 5)), jnp.ones((5, 2))
     with pytest.raises(TypeError):
         jax.jvp(fa.tasks.matmul, (x, w), (x, w))
+
+
+@pytest.mark.parametrize("precision", [jax.lax.Precision.HIGHEST, "bfloat16"])
+def test_precision_applies_to_the_product_and_both_gradients(precision):
+    x, w = jnp.ones((4, 5)), jnp.ones((5, 3))
+
+    def loss(x, w):
+        return jnp.sum(fa.tasks.matmul(x, w, precision) ** 2)
+
+    jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(x, w)
+    products = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "dot_general"]
+    products += [e for eqn in jaxpr.jaxpr.eqns for sub in fa.memory._sub_jaxprs(
+        eqn.params.values()) for e in sub.eqns if e.primitive.name == "dot_general"]
+    assert len(products) == 3
+    expected = jax.lax.dot_general(x, w, (((1,), (0,)), ((), ())), precision=precision)
+    assert all(e.params["precision"] == jax.make_jaxpr(
+        lambda a, b: jax.lax.dot_general(a, b, (((1,), (0,)), ((), ())), precision=precision)
+    )(x, w).jaxpr.eqns[0].params["precision"] for e in products)
+    np.testing.assert_allclose(fa.tasks.matmul(x, w, precision), expected)
+    # Dense's product of a large operand passes its precision on
+    big = jnp.ones((2**20 // 5 + 1, 5))
+    text = str(jax.make_jaxpr(lambda a: fa.tasks.dot_general(
+        a, w, (((1,), (0,)), ((), ())), precision=precision))(big))
+    assert "custom_vjp_call" in text and str(products[0].params["precision"][0]) in text

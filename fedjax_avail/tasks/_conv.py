@@ -24,10 +24,10 @@ in the backward pass, adds ``g^T windows`` to the kernel's gradient and sends ``
 back onto the group's pixels, so no windows are kept; elsewhere (a program on one device, whose
 single large products XLA splits over the cores) the forward and backward passes of a gradient
 are one product's. pfl's CIFAR-10 CNN's second convolution (10 images, 9 MB of windows) runs
-one image at a time: with a device per core a training step took 0.91x the time of one
-product (``benchmarks/conv_groups.py``) and a FedAvg round 0.85x (median of 4 runs,
+one image at a time: with a device per core a training step took 0.81x the time of one
+product (``benchmarks/conv_groups.py``) and a FedAvg round 0.87x (median of 4 runs,
 ``benchmarks/results/before_after_issue36_grouped_windows_pfl_cnn.json``); on one device a step
-took 1.03x, and 1.41x had its gradient been grouped too; evaluating 5,000 images took 0.34x.
+took 1.01x, and 1.23x had its gradient been grouped too; evaluating 5,000 images took 0.36x.
 The built-in models train at their papers' batch sizes under the budget, in one product.
 Forward mode (``jax.jvp``) through a large or grouped product raises JAX's ``TypeError``
 (``lax.conv_general_dilated`` supports it).
@@ -52,7 +52,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from fedjax_avail.tasks._matmul import dot_general
+from fedjax_avail.tasks._matmul import dot_general, like_primal
 
 _NHWC = ("NHWC", "HWIO", "NHWC")
 _ONES = (1, 1)
@@ -175,9 +175,9 @@ def _grouped_forward(images: jax.Array, kernel: jax.Array, group: int, precision
 
 def _grouped_backward(group: int, precision: Any, per_core: bool, residuals: Any,
                       cotangent: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Per group: the kernel's gradient ``g^T windows`` (``[O, KH KW I]``, summed over the
-    groups in float32 or wider) and the images' (``g kernel^T`` back onto the pixels each
-    window read: ``KH KW`` padded slices summed). Not ``per_core``: one product's pullback."""
+    """Per group: the kernel's gradient ``g^T windows`` (``[O, KH KW I]``, in float32 or wider,
+    summed over the groups) and the images' (``g kernel^T`` back onto the pixels each window
+    read: ``KH KW`` padded slices summed). Not ``per_core``: one product's pullback."""
     if not per_core:
         return residuals(cotangent)
     images, kernel = residuals
@@ -186,12 +186,11 @@ def _grouped_backward(group: int, precision: Any, per_core: bool, residuals: Any
     pixels = (((0, 1, 2), (0, 1, 2)), ((), ()))
     total = jnp.result_type(kernel.dtype, jnp.float32)
 
-    def one_group(kernel_grad: jax.Array, part: tuple) -> tuple[jax.Array, jax.Array]:
+    def one_group(part: tuple) -> tuple[jax.Array, jax.Array]:
         part_images, part_cotangent = part
         # [O, KH KW I]: in this orientation XLA transposes the (smaller) output gradient
-        kernel_grad = kernel_grad + lax.dot_general(
-            part_cotangent, _windows(part_images, kh, kw), pixels, precision=precision,
-            preferred_element_type=total)
+        kernel_grad = lax.dot_general(part_cotangent, _windows(part_images, kh, kw), pixels,
+                                      precision=precision, preferred_element_type=total)
         windows_grad = lax.dot_general(part_cotangent, matrix, (((3,), (1,)), ((), ())),
                                        precision=precision)
         slices = [jnp.pad(windows_grad[..., (a * kw + b) * channels:(a * kw + b + 1) * channels],
@@ -199,12 +198,14 @@ def _grouped_backward(group: int, precision: Any, per_core: bool, residuals: Any
                   for a in range(kh) for b in range(kw)]
         return kernel_grad, functools.reduce(operator.add, slices)
 
-    kernel_grad, images_grad = lax.scan(
-        one_group, jnp.zeros((features, kh * kw * channels), total),
-        (images.reshape(-1, group, *images.shape[1:]),
-         cotangent.reshape(-1, group, *cotangent.shape[1:])))
-    return (images_grad.reshape(images.shape),
-            kernel_grad.T.reshape(kernel.shape).astype(kernel.dtype))
+    # the groups' kernel gradients as the map's outputs, summed after it (a loop carry would
+    # need the varying-axis type of the cotangent inside a shard_map)
+    kernel_grads, images_grad = lax.map(
+        one_group, (images.reshape(-1, group, *images.shape[1:]),
+                    cotangent.reshape(-1, group, *cotangent.shape[1:])))
+    kernel_grad = jnp.sum(kernel_grads, axis=0).T.reshape(kernel.shape).astype(kernel.dtype)
+    return (like_primal(images_grad.reshape(images.shape), images),
+            like_primal(kernel_grad, kernel))
 
 
 _grouped.defvjp(_grouped_forward, _grouped_backward)

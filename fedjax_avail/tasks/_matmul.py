@@ -22,11 +22,13 @@ makes (the last axis of ``[..., K]`` inputs with the first of a ``[K, N]`` kerne
 ``nn.Dense(..., dot_general=fa.tasks.dot_general)``. Any other contraction, a small product
 (``LARGE``), and every product on an accelerator, is ``lax.dot_general`` unchanged. Forward
 mode (``jax.jvp``, ``jax.jacfwd``) through a ``custom_vjp`` raises JAX's ``TypeError``; use
-``nn.Dense``'s default for that.
+``nn.Dense``'s default for that. Inside a ``shard_map`` of your own, the gradient of an operand
+replicated over its devices is summed over them (:func:`like_primal`), as JAX's own product's.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -46,29 +48,51 @@ def _check(x: jax.Array, w: jax.Array) -> None:
                          f"{jnp.result_type(w)}{list(jnp.shape(w))}")
 
 
-@jax.custom_vjp
-def matmul(x: jax.Array, w: jax.Array) -> jax.Array:
+def matmul(x: jax.Array, w: jax.Array, precision: Any = None) -> jax.Array:
     """``x [M, K] @ w [K, N] -> [M, N]`` (one dtype), differentiated without transposes
-    (module docstring).
+    (module docstring); ``precision`` (``lax.dot_general``'s) applies to the product and to
+    both gradients.
 
     Raises:
       ValueError: operands of other ranks, shapes that do not chain, or two dtypes.
     """
     _check(x, w)
-    return jnp.dot(x, w)
+    return _matmul(x, w, precision)
 
 
-def _forward(x: jax.Array, w: jax.Array) -> tuple[jax.Array, tuple]:
-    _check(x, w)
-    return jnp.dot(x, w), (x, w)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _matmul(x: jax.Array, w: jax.Array, precision: Any) -> jax.Array:
+    return jnp.dot(x, w, precision=precision)
 
 
-def _backward(residuals: tuple, g: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _forward(x: jax.Array, w: jax.Array, precision: Any) -> tuple[jax.Array, tuple]:
+    return _matmul(x, w, precision), (x, w)
+
+
+def _backward(precision: Any, residuals: tuple, g: jax.Array) -> tuple[jax.Array, jax.Array]:
     x, w = residuals
-    return lax.dot_general(g, w, _CONTRACT_COLUMNS), lax.dot_general(x, g, _CONTRACT_ROWS)
+    return (like_primal(lax.dot_general(g, w, _CONTRACT_COLUMNS, precision=precision), x),
+            like_primal(lax.dot_general(x, g, _CONTRACT_ROWS, precision=precision), w))
 
 
-matmul.defvjp(_forward, _backward)
+def like_primal(cotangent: jax.Array, primal: jax.Array) -> jax.Array:
+    """``cotangent`` summed over the ``shard_map`` axes it varies over and ``primal`` does not
+    (what JAX's own rules do for an operand replicated over them: the transpose of its
+    implicit ``pvary`` is a ``psum``), so that a ``custom_vjp``'s gradients have its inputs'
+    types; unchanged outside ``shard_map``."""
+    extra = _varying(cotangent) - _varying(primal)
+    return lax.psum(cotangent, tuple(sorted(extra))) if extra else cotangent
+
+
+def _varying(x: jax.Array) -> frozenset:
+    """The ``shard_map`` axes ``x`` varies over: its type's ``manual_axis_type.varying``
+    (JAX 0.10) or ``vma`` (JAX 0.7-0.9)."""
+    aval = jax.typeof(x)
+    manual = getattr(aval, "manual_axis_type", None)
+    return frozenset(manual.varying if manual is not None else getattr(aval, "vma", ()))
+
+
+_matmul.defvjp(_forward, _backward)
 
 
 # The product is replaced when an array JAX's rule would transpose (x [M, K], g [M, N] or the
@@ -108,5 +132,5 @@ def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
     if not (dense and _applies(lhs, rhs)):
         return lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
                                preferred_element_type=preferred_element_type, **kwargs)
-    out = matmul(lhs.reshape(-1, lhs.shape[-1]), rhs)
+    out = matmul(lhs.reshape(-1, lhs.shape[-1]), rhs, precision)
     return out.reshape(*lhs.shape[:-1], rhs.shape[1])
