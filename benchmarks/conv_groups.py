@@ -4,11 +4,11 @@ What ``fedjax_avail.tasks._conv.GROUP_BYTES`` (the windows a group of images may
 chosen from. Side by side in one process, each setting a fresh program:
 
 * training: ``profile_cnn_step.py``'s local training of pfl's CIFAR-10 CNN (``--clients`` x 5
-  SGD steps of 10 images) on one device and split over a device per core (as ``simulate``'s
-  default mesh), its second convolution's windows built for the whole batch in one product and
-  for groups of 5, 2 and 1 images (on one device the gradient is one product's; "groups of 1,
-  gradient too" forces the per-core gradient there); ms a step (the best call's time over all
-  steps);
+  SGD steps of 10 images) split over a device per core (``simulate``'s default CPU mesh), its
+  second convolution's windows built for the whole batch in one product and for groups of 5, 2
+  and 1 images; and on one device, where a gradient is one product's whatever the budget, that
+  against the gradient forced into groups of 1 ("groups of 1, gradient too"); ms a step (the
+  best call's time over all steps);
 * evaluation: ``fa.evaluation.make_evaluator`` (blocks of 4,096 examples) of LeNet-5 and WKAFL's
   CNN on 10,000 MNIST-shaped images and of pfl's CNN on 5,000 CIFAR-10-shaped ones, with the
   default budget and with one product a block; s a call (best), and the values of both.
@@ -40,8 +40,10 @@ ONE_PRODUCT = 2**62  # a budget every batch's windows fit in
 PFL_CONV2_IMAGE = 28 * 28 * 3 * 3 * 32 * 4  # one image's windows in pfl's second convolution
 TRAINING = {"one product": ONE_PRODUCT, "groups of 5": 5 * PFL_CONV2_IMAGE,
             "groups of 2": 2 * PFL_CONV2_IMAGE, "groups of 1": PFL_CONV2_IMAGE}
-# on one device the gradient is one product's unless forced to the groups (_conv._per_core)
+# on one device a gradient is one product's whatever the budget; forced to the groups there
+# (_conv._per_core) as under a mesh
 FORCED = "groups of 1, gradient too"
+ONE_DEVICE = {"one product": ONE_PRODUCT, FORCED: PFL_CONV2_IMAGE}
 EVALUATION = {"default": _conv.GROUP_BYTES, "one product": ONE_PRODUCT}
 
 
@@ -91,7 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
         programs = {}
         layouts = {"one device": 1, "a device per core": fa.mesh.cpu_cores()}
         for layout, devices in layouts.items():
-            settings = dict(TRAINING, **({FORCED: PFL_CONV2_IMAGE} if devices == 1 else {}))
+            settings = ONE_DEVICE if devices == 1 else TRAINING
             for name, budget in settings.items():
                 _conv.GROUP_BYTES = budget
                 _conv._per_core = (lambda: True) if name == FORCED else per_core
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict:
         for (layout, name), calls in times.items():
             ms = 1e3 * min(calls) / (args.clients * STEPS)
             training.append({"layout": layout, "devices": layouts[layout], "setting": name,
-                             "group_bytes": TRAINING.get(name, PFL_CONV2_IMAGE),
+                             "group_bytes": {**TRAINING, **ONE_DEVICE}[name],
                              "ms_per_step": ms,
                              "over_one_product": min(calls) / min(times[layout, "one product"])})
             print(f"training, pfl's CNN, {layout:17s} {name:12s} {ms:7.2f} ms a step "

@@ -182,10 +182,11 @@ def test_the_cohort_estimate_counts_a_convolutional_members_activations():
     assert abs(cohort - measured) <= 0.2 * measured, (terms, measured)
 
 
-def _grouped_conv(budget):
-    """A fresh function (JAX caches traces by function) convolving in groups under ``budget``."""
+def _grouped_conv(padding="SAME"):
+    """A fresh function (JAX caches traces by function): the convolution, in the groups that
+    ``_conv.GROUP_BYTES`` gives when it is traced."""
     def conv(lhs, rhs):
-        return _conv.conv_general_dilated(lhs, rhs, (1, 1), "SAME", dimension_numbers=NHWC)
+        return _conv.conv_general_dilated(lhs, rhs, (1, 1), padding, dimension_numbers=NHWC)
     return conv
 
 
@@ -219,7 +220,8 @@ for conv in (_conv.conv_general_dilated, jax.lax.conv_general_dilated,
     sharded = jax.shard_map(grad, mesh=fa.mesh.cohort_mesh(2), in_specs=(whole, split),
                             out_specs=whole)
     expected = grad(rhs, lhs)
-    print(float(jnp.max(jnp.abs(jax.jit(sharded)(rhs, lhs) - expected) / jnp.max(expected))))
+    print(float(jnp.max(jnp.abs(jax.jit(sharded)(rhs, lhs) - expected))
+                / jnp.max(jnp.abs(expected))))
 """
 
 
@@ -245,23 +247,30 @@ def test_images_per_group_is_the_largest_divisor_of_the_batch_within_the_budget(
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU's product")
-@pytest.mark.parametrize(("batch", "images"), [(6, 2), (7, 3), (5, 1)])
-def test_a_batch_past_the_budget_is_convolved_in_groups_with_xlas_values(monkeypatch, batch,
-                                                                           images):
+@pytest.mark.parametrize(("batch", "images", "kernel", "padding"),
+                         [(6, 2, (3, 3), "SAME"), (7, 3, (3, 2), "VALID"),
+                          (5, 1, (2, 3), ((2, 0), (1, 3)))])
+def test_a_batch_past_the_budget_is_convolved_in_groups_with_xlas_values(
+        monkeypatch, batch, images, kernel, padding):
     rng = np.random.default_rng(4)
-    lhs = jnp.asarray(rng.standard_normal((batch, 7, 7, 3), np.float32))
-    rhs = jnp.asarray(rng.standard_normal((3, 3, 3, 5), np.float32))
-    monkeypatch.setattr(_conv, "GROUP_BYTES", images * 7 * 7 * 27 * 4)  # the padded images'
-    group = _conv.images_per_group((batch, 9, 9, 3), (3, 3), 4)
-    conv = _grouped_conv(images)
-    text = str(jax.make_jaxpr(conv)(lhs, rhs))
-    assert "custom_vjp_call" in text and f"length={batch // group}" in text, text
-    np.testing.assert_allclose(conv(lhs, rhs), _reference(lhs, rhs, "SAME"), rtol=1e-4,
-                               atol=1e-4)
-    g = jnp.asarray(rng.standard_normal((batch, 7, 7, 5), np.float32))
+    lhs = jnp.asarray(rng.standard_normal((batch, 7, 8, 3), np.float32))
+    rhs = jnp.asarray(rng.standard_normal((*kernel, 3, 5), np.float32))
 
     def plain(a, k):
-        return jax.lax.conv_general_dilated(a, k, (1, 1), "SAME", dimension_numbers=NHWC)
+        return jax.lax.conv_general_dilated(a, k, (1, 1), padding, dimension_numbers=NHWC)
+
+    out = plain(lhs, rhs)
+    padded = (batch, out.shape[1] + kernel[0] - 1, out.shape[2] + kernel[1] - 1, 3)
+    one_image = out.shape[1] * out.shape[2] * kernel[0] * kernel[1] * 3 * 4  # its windows
+    monkeypatch.setattr(_conv, "GROUP_BYTES", images * one_image)
+    group = _conv.images_per_group(padded, kernel, 4)
+    assert group < batch and batch % group == 0
+    conv = _grouped_conv(padding)
+    text = str(jax.make_jaxpr(conv)(lhs, rhs))
+    assert "custom_vjp_call" in text and f"length={batch // group}" in text, text
+    np.testing.assert_allclose(conv(lhs, rhs), _reference(lhs, rhs, padding), rtol=1e-4,
+                               atol=1e-4)
+    g = jnp.asarray(rng.standard_normal(out.shape, np.float32))
 
     def pullback(fn):
         return lambda a, k: jax.vjp(fn, a, k)[1](g)
@@ -273,15 +282,57 @@ def test_a_batch_past_the_budget_is_convolved_in_groups_with_xlas_values(monkeyp
     # one product's (a program on one device: XLA splits the product over the cores)
     for per_core in (True, False):
         monkeypatch.setattr(_conv, "_per_core", lambda p=per_core: p)
-        loops = str(jax.make_jaxpr(pullback(_grouped_conv(images)))(lhs, rhs)).count("scan[")
+        loops = str(jax.make_jaxpr(pullback(_grouped_conv(padding)))(lhs, rhs)).count("scan[")
         assert loops == (2 if per_core else 0), per_core
-        for mine, theirs in zip(jax.jit(pullback(_grouped_conv(images)))(lhs, rhs),
+        for mine, theirs in zip(jax.jit(pullback(_grouped_conv(padding)))(lhs, rhs),
                                 pullback(plain)(lhs, rhs), strict=True):
             np.testing.assert_allclose(mine, theirs, rtol=1e-4, atol=1e-3)
-        np.testing.assert_allclose(curvature(_grouped_conv(images))(rhs), curvature(plain)(rhs),
+        np.testing.assert_allclose(curvature(_grouped_conv(padding))(rhs), curvature(plain)(rhs),
                                    rtol=1e-4, atol=1e-2)
+        # cohort members under vmap (the engine's chunks): each member's own gradients
+        members = jnp.stack([lhs, lhs[::-1]])
+        batched = jax.vmap(lambda a: jax.grad(lambda k: jnp.sum(
+            _grouped_conv(padding)(a, k) ** 2))(rhs))(members)
+        for member, a in zip(batched, members, strict=True):
+            np.testing.assert_allclose(member, jax.grad(lambda k, a=a: jnp.sum(
+                plain(a, k) ** 2))(rhs), rtol=1e-4, atol=1e-2)
     with pytest.raises(TypeError):  # forward mode through a custom_vjp (module docstring)
         jax.jvp(conv, (lhs, rhs), (lhs, rhs))
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="the CPU's product")
+def test_grouping_keeps_dtypes_and_leaves_an_empty_batch_or_another_result_dtype_alone(
+        monkeypatch):
+    monkeypatch.setattr(_conv, "GROUP_BYTES", 1)  # one image a group
+    rng = np.random.default_rng(6)
+    lhs = jnp.asarray(rng.standard_normal((4, 6, 6, 3), np.float32))
+    rhs = jnp.asarray(rng.standard_normal((3, 3, 3, 2), np.float32))
+
+    def conv(a, k, **kwargs):
+        return _conv.conv_general_dilated(a, k, (1, 1), "SAME", dimension_numbers=NHWC,
+                                          **kwargs)
+
+    def loss(a, k):
+        return jnp.sum(conv(a, k).astype(jnp.float32) ** 2)
+
+    for per_core in (True, False):  # bfloat16: values and both gradients stay bfloat16
+        monkeypatch.setattr(_conv, "_per_core", lambda p=per_core: p)
+        low = (lhs.astype(jnp.bfloat16), rhs.astype(jnp.bfloat16))
+        grads = jax.grad(loss, argnums=(0, 1))(*low)
+        assert conv(*low).dtype == jnp.bfloat16
+        assert [x.dtype for x in grads] == [jnp.bfloat16, jnp.bfloat16]
+        for mine, theirs in zip(grads, jax.grad(loss, argnums=(0, 1))(lhs, rhs), strict=True):
+            scale = float(jnp.max(jnp.abs(theirs)))  # bfloat16 keeps 8 bits of mantissa
+            np.testing.assert_allclose(np.float32(mine), theirs, rtol=0, atol=0.01 * scale)
+    empty = conv(lhs[:0], rhs)
+    assert empty.shape == (0, 6, 6, 2)
+    # an explicit result dtype other than the operands' is one product (no groups); numpy's
+    # float64 dtype, which compares equal to None, is not taken for None
+    for result in (jnp.float32, np.dtype("float32")):
+        wide = jax.make_jaxpr(lambda a, k, r=result: conv(a, k, preferred_element_type=r))(
+            *(x.astype(jnp.bfloat16) for x in (lhs, rhs)))
+        assert "custom_vjp_call" not in str(wide) and "scan" not in str(wide)
+    assert not _conv._same_dtype(np.dtype("float64"), jnp.float32)
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's working set")
@@ -314,7 +365,7 @@ def test_the_memory_estimate_counts_the_batchs_windows_when_grouped(monkeypatch)
     out, windows = 4 * 7 * 7 * 5, 4 * 7 * 7 * 27
     for images in (1, 4):
         monkeypatch.setattr(_conv, "GROUP_BYTES", images * 7 * 7 * 27 * 4)
-        jaxpr = jax.make_jaxpr(_grouped_conv(images))(lhs, rhs).jaxpr
+        jaxpr = jax.make_jaxpr(_grouped_conv())(lhs, rhs).jaxpr
         counted = fa.memory._layer_outputs(jaxpr, True)
         if jax.default_backend() != "cpu":
             assert counted == out

@@ -15,21 +15,24 @@ KH KW I]``, times the kernel as a ``[KH KW I, O]`` matrix. Slices, a concatenati
 product (``fedjax_avail.tasks._matmul.LARGE``) is :func:`fedjax_avail.tasks.matmul`, whose
 gradients need no transposes of the windows or of the output gradient.
 
-A batch whose windows would take more than ``GROUP_BYTES`` (1 MiB, half a core's L2 cache) is
-convolved a group of images at a time (:func:`images_per_group`: the largest divisor of the
-batch whose windows fit): a ``lax.map`` of the product over the groups, which keeps the windows
-in the cache. Its gradient depends on where it runs. Under a mesh of several devices
-(``simulate``'s CPU mesh, a device per core) a ``custom_vjp`` builds each group's windows again
-in the backward pass, adds ``g^T windows`` to the kernel's gradient and sends ``g kernel^T``
-back onto the group's pixels, so no windows are kept; elsewhere (a program on one device, whose
-single large products XLA splits over the cores) the forward and backward passes of a gradient
-are one product's. pfl's CIFAR-10 CNN's second convolution (10 images, 9 MB of windows) runs
-one image at a time: with a device per core a training step took 0.81x the time of one
-product (``benchmarks/conv_groups.py``) and a FedAvg round 0.87x (median of 4 runs,
-``benchmarks/results/before_after_issue36_grouped_windows_pfl_cnn.json``); on one device a step
-took 1.01x, and 1.23x had its gradient been grouped too; evaluating 5,000 images took 0.36x.
-The built-in models train at their papers' batch sizes under the budget, in one product.
-Forward mode (``jax.jvp``) through a large or grouped product raises JAX's ``TypeError``
+A batch whose windows would take more than ``GROUP_BYTES`` (1 MiB, a core's L2 cache on the
+AMD EPYC measured) is convolved a group of images at a time (:func:`images_per_group`: the
+largest divisor of the batch whose windows fit): a ``lax.map`` of the product over the groups,
+which keeps the windows in the cache. Its gradient depends on where it runs. Under a mesh of
+several devices (``simulate``'s CPU mesh, a device per core) a ``custom_vjp`` builds each
+group's windows again in the backward pass, adds ``g^T windows`` to the kernel's gradient and
+sends ``g kernel^T`` back onto the group's pixels, so no windows are kept; elsewhere (a program
+on one device, whose single large products XLA splits over the cores) the forward and backward
+passes of a gradient are one product's. pfl's CIFAR-10 CNN's second convolution (10 images,
+9 MB of windows) runs one image at a time: with a device per core a training step took 0.82x
+the time of one product (``benchmarks/conv_groups.py``) and a FedAvg round 0.87x (median of 4
+runs, ``benchmarks/results/before_after_issue36_grouped_windows_pfl_cnn.json``); on one device
+a step with its gradient grouped too took 1.25x; evaluating 5,000 images took 0.39x. The
+built-in models train at their papers' batch sizes under the budget, in one product. The
+budget is a member's: in a ``vmap`` over several cohort members (an explicit ``client_chunk``)
+each group holds every member's windows. An explicit ``preferred_element_type`` other than the
+operands' dtype keeps one product. Forward mode (``jax.jvp``) through a grouped convolution
+(windows past 1 MiB) or a large product raises JAX's ``TypeError``
 (``lax.conv_general_dilated`` supports it).
 
 It applies on the CPU backend to unit-stride, undilated, ungrouped 2-D convolutions in NHWC/
@@ -57,7 +60,7 @@ from fedjax_avail.tasks._matmul import dot_general, like_primal
 _NHWC = ("NHWC", "HWIO", "NHWC")
 _ONES = (1, 1)
 # A batch whose windows take more bytes than this is convolved a group of images at a time
-# (images_per_group): half a core's L2 cache on the 2-core CPUs measured (2 MiB).
+# (images_per_group): a core's L2 cache on the 2-core AMD EPYC measured (1 MiB a core).
 GROUP_BYTES = 2**20
 
 
@@ -94,7 +97,7 @@ def conv_general_dilated(
     if not _as_matmul(lhs, rhs, window_strides, lhs_dilation, rhs_dilation, dimension_numbers,
                       feature_group_count, batch_group_count):
         return lax.conv_general_dilated(lhs, rhs, **plain)
-    kh, kw, channels, features = rhs.shape
+    kh, kw = rhs.shape[:2]
     if isinstance(padding, str):
         padding = lax.padtype_to_pads(lhs.shape[1:3], (kh, kw), _ONES, padding)
     pads = tuple((int(low), int(high)) for low, high in padding)
@@ -104,9 +107,16 @@ def conv_general_dilated(
         return lax.conv_general_dilated(lhs, rhs, **plain)
     images = jnp.pad(lhs, ((0, 0), *pads, (0, 0)))
     group = images_per_group(images.shape, (kh, kw), images.dtype.itemsize)
-    if group < images.shape[0] and preferred_element_type in (None, images.dtype):
+    # (an explicit result dtype other than the operands' is one product's)
+    if group < images.shape[0] and _same_dtype(preferred_element_type, images.dtype):
         return _grouped(images, rhs, group, precision, _per_core())
     return _one_product(images, rhs, precision, preferred_element_type)
+
+
+def _same_dtype(preferred_element_type: Any, dtype: Any) -> bool:
+    """Whether a product's ``preferred_element_type`` leaves its result in ``dtype`` (None
+    does; ``np.dtype("float64") == None`` is True in NumPy, so None is tested first)."""
+    return preferred_element_type is None or jnp.dtype(preferred_element_type) == dtype
 
 
 def _per_core() -> bool:
@@ -145,14 +155,15 @@ def images_per_group(shape: Sequence[int], kernel: Sequence[int], itemsize: int)
     kh, kw = kernel
     per_image = (height - kh + 1) * (width - kw + 1) * kh * kw * channels * itemsize
     fits = max(1, GROUP_BYTES // max(per_image, 1))
-    return max(d for d in range(1, batch + 1) if batch % d == 0 and d <= fits)
+    return max((d for d in range(1, batch + 1) if batch % d == 0 and d <= fits), default=batch)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
 def _grouped(images: jax.Array, kernel: jax.Array, group: int, precision: Any,
              per_core: bool) -> jax.Array:
-    """The convolution of padded ``images [B, H, W, I]`` with ``kernel [KH, KW, I, O]``, the
-    windows of ``group`` images at a time (``lax.map``). Differentiated ``per_core`` (under
+    """The convolution ``[B, H - KH + 1, W - KW + 1, O]`` of padded ``images [B, H, W, I]``
+    with ``kernel [KH, KW, I, O]``, the windows of ``group`` images at a time (``lax.map``;
+    ``group`` divides ``B``). Differentiated ``per_core`` (under
     ``simulate``'s CPU mesh), the backward pass builds them again a group at a time instead of
     keeping them; else the forward pass for a gradient is :func:`_one_product` (module
     docstring)."""
@@ -167,32 +178,35 @@ def _grouped(images: jax.Array, kernel: jax.Array, group: int, precision: Any,
 
 def _grouped_forward(images: jax.Array, kernel: jax.Array, group: int, precision: Any,
                      per_core: bool) -> tuple[jax.Array, Any]:
+    """The value and the residuals: ``per_core``, the images and the kernel (the backward
+    pass builds the windows again); else one product's pullback (a pytree of its windows and
+    kernel)."""
     if per_core:
         return _grouped(images, kernel, group, precision, per_core), (images, kernel)
-    # one product and its pullback (a pytree of the windows and the kernel)
     return jax.vjp(functools.partial(_one_product, precision=precision), images, kernel)
 
 
 def _grouped_backward(group: int, precision: Any, per_core: bool, residuals: Any,
                       cotangent: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Per group: the kernel's gradient ``g^T windows`` (``[O, KH KW I]``, in float32 or wider,
-    summed over the groups) and the images' (``g kernel^T`` back onto the pixels each window
-    read: ``KH KW`` padded slices summed). Not ``per_core``: one product's pullback."""
+    """Per group: the kernel's gradient ``g^T windows`` (``[O, KH KW I]``) and the images'
+    (``g kernel^T`` back onto the pixels each window read: ``KH KW`` padded slices summed),
+    both in float32 or wider until the end. Not ``per_core``: one product's pullback."""
     if not per_core:
         return residuals(cotangent)
     images, kernel = residuals
     kh, kw, channels, features = kernel.shape
     matrix = kernel.reshape(kh * kw * channels, features)
-    pixels = (((0, 1, 2), (0, 1, 2)), ((), ()))
-    total = jnp.result_type(kernel.dtype, jnp.float32)
+    over_pixels = (((0, 1, 2), (0, 1, 2)), ((), ()))  # the group's images, rows and columns
+    wide = jnp.result_type(kernel.dtype, jnp.float32)  # what the sums accumulate in
 
     def one_group(part: tuple) -> tuple[jax.Array, jax.Array]:
         part_images, part_cotangent = part
         # [O, KH KW I]: in this orientation XLA transposes the (smaller) output gradient
-        kernel_grad = lax.dot_general(part_cotangent, _windows(part_images, kh, kw), pixels,
-                                      precision=precision, preferred_element_type=total)
+        kernel_grad = lax.dot_general(part_cotangent, _windows(part_images, kh, kw),
+                                      over_pixels, precision=precision,
+                                      preferred_element_type=wide)
         windows_grad = lax.dot_general(part_cotangent, matrix, (((3,), (1,)), ((), ())),
-                                       precision=precision)
+                                       precision=precision, preferred_element_type=wide)
         slices = [jnp.pad(windows_grad[..., (a * kw + b) * channels:(a * kw + b + 1) * channels],
                           ((0, 0), (a, kh - 1 - a), (b, kw - 1 - b), (0, 0)))
                   for a in range(kh) for b in range(kw)]
@@ -204,7 +218,8 @@ def _grouped_backward(group: int, precision: Any, per_core: bool, residuals: Any
         one_group, (images.reshape(-1, group, *images.shape[1:]),
                     cotangent.reshape(-1, group, *cotangent.shape[1:])))
     kernel_grad = jnp.sum(kernel_grads, axis=0).T.reshape(kernel.shape).astype(kernel.dtype)
-    return (like_primal(images_grad.reshape(images.shape), images),
+    images_grad = images_grad.reshape(images.shape).astype(images.dtype)
+    return (like_primal(images_grad, images),
             like_primal(kernel_grad, kernel))
 
 

@@ -128,7 +128,8 @@ def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
     (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
     dense = (tuple(lhs_contract) == (lhs.ndim - 1,) and tuple(rhs_contract) == (0,)
              and not lhs_batch and not rhs_batch and not kwargs
-             and preferred_element_type in (None, lhs.dtype))
+             and (preferred_element_type is None
+                  or jnp.dtype(preferred_element_type) == lhs.dtype))
     if not (dense and _applies(lhs, rhs)):
         return lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
                                preferred_element_type=preferred_element_type, **kwargs)
