@@ -57,13 +57,13 @@ def machine_info() -> dict[str, Any]:
 
 
 def best_seconds(fn, arg, repeats: int) -> float:
-    """The fastest of ``repeats`` timed calls ``fn(arg)`` to ``block_until_ready``, after one
-    untimed call (compilation)."""
-    fn(arg).block_until_ready()
+    """The fastest of ``repeats`` timed calls ``fn(arg)`` to ``block_until_ready`` (of every
+    array it returns), after one untimed call (compilation)."""
+    jax.block_until_ready(fn(arg))
     best = np.inf
     for _ in range(repeats):
         t0 = time.perf_counter()
-        fn(arg).block_until_ready()
+        jax.block_until_ready(fn(arg))
         best = min(best, time.perf_counter() - t0)
     return best
 

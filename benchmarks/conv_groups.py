@@ -28,7 +28,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from _common import machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+from _common import best_seconds, machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
 from peer_comparison import PflSimpleCNN
 from profile_cnn_step import STEPS, local_training
 
@@ -45,15 +45,6 @@ TRAINING = {"one product": ONE_PRODUCT, "groups of 5": 5 * PFL_CONV2_IMAGE,
 FORCED = "groups of 1, gradient too"
 ONE_DEVICE = {"one product": ONE_PRODUCT, FORCED: PFL_CONV2_IMAGE}
 EVALUATION = {"default": _conv.GROUP_BYTES, "one product": ONE_PRODUCT}
-
-
-def _best(fn: Any, args: tuple, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def _evaluation_tasks() -> dict[str, tuple[Any, dict[str, np.ndarray]]]:
@@ -104,7 +95,9 @@ def main(argv: list[str] | None = None) -> dict:
         times = {key: [] for key in programs}
         for _ in range(args.repeats):  # alternating, so slow phases fall on every setting
             for key, (compiled, inputs) in programs.items():
-                times[key].append(_best(compiled, inputs, 1))
+                start = time.perf_counter()
+                jax.block_until_ready(compiled(*inputs))
+                times[key].append(time.perf_counter() - start)
         for (layout, name), calls in times.items():
             ms = 1e3 * min(calls) / (args.clients * STEPS)
             training.append({"layout": layout, "devices": layouts[layout], "setting": name,
@@ -120,10 +113,10 @@ def main(argv: list[str] | None = None) -> dict:
                 task = build()
                 params = task.init(jax.random.PRNGKey(0))
                 evaluator = fa.evaluation.make_evaluator(task, arrays)
-                values = jax.block_until_ready(evaluator(params))
+                seconds = best_seconds(evaluator, params, args.repeats)
                 rows[name] = {"model": model, "setting": name, "group_bytes": budget,
-                              "s_per_call": _best(evaluator, (params,), args.repeats),
-                              "values": {k: float(v) for k, v in values.items()}}
+                              "s_per_call": seconds, "values": {
+                                  k: float(v) for k, v in evaluator(params).items()}}
             for row in rows.values():
                 row["over_one_product"] = row["s_per_call"] / rows["one product"]["s_per_call"]
                 print(f"evaluation, {model:9s} {row['setting']:12s} {row['s_per_call']:7.3f} s "

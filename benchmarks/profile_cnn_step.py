@@ -49,8 +49,7 @@ def local_training(pool: Any, clients: int, devices: int = 1) -> tuple[Any, tupl
     """The compiled program (``clients`` x ``STEPS`` SGD steps) and its arguments; with
     ``devices`` > 1 the clients are split over that many devices (each trains its share one
     client at a time), as ``simulate``'s default mesh splits a CPU cohort over the cores
-    (``fa.cohort.map_cohort``
-    under ``fa.mesh.cohort_mesh(devices)``)."""
+    (``fa.cohort.map_cohort`` under ``fa.mesh.cohort_mesh(devices)``)."""
     model = PflSimpleCNN(pool=pool)
     key = jax.random.PRNGKey(0)
     params = model.init(key, jnp.zeros((1, *cifar10_shape.IMAGE_SHAPE)))

@@ -332,7 +332,7 @@ def test_grouping_keeps_dtypes_and_leaves_an_empty_batch_or_another_result_dtype
         wide = jax.make_jaxpr(lambda a, k, r=result: conv(a, k, preferred_element_type=r))(
             *(x.astype(jnp.bfloat16) for x in (lhs, rhs)))
         assert "custom_vjp_call" not in str(wide) and "scan" not in str(wide)
-    assert not _conv._same_dtype(np.dtype("float64"), jnp.float32)
+    assert not fa.tasks._matmul.keeps_dtype(np.dtype("float64"), jnp.float32)
 
 
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's working set")

@@ -55,7 +55,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from fedjax_avail.tasks._matmul import dot_general, like_primal
+from fedjax_avail.tasks._matmul import dot_general, keeps_dtype, like_primal
 
 _NHWC = ("NHWC", "HWIO", "NHWC")
 _ONES = (1, 1)
@@ -108,15 +108,9 @@ def conv_general_dilated(
     images = jnp.pad(lhs, ((0, 0), *pads, (0, 0)))
     group = images_per_group(images.shape, (kh, kw), images.dtype.itemsize)
     # (an explicit result dtype other than the operands' is one product's)
-    if group < images.shape[0] and _same_dtype(preferred_element_type, images.dtype):
+    if group < images.shape[0] and keeps_dtype(preferred_element_type, images.dtype):
         return _grouped(images, rhs, group, precision, _per_core())
     return _one_product(images, rhs, precision, preferred_element_type)
-
-
-def _same_dtype(preferred_element_type: Any, dtype: Any) -> bool:
-    """Whether a product's ``preferred_element_type`` leaves its result in ``dtype`` (None
-    does; ``np.dtype("float64") == None`` is True in NumPy, so None is tested first)."""
-    return preferred_element_type is None or jnp.dtype(preferred_element_type) == dtype
 
 
 def _per_core() -> bool:
@@ -167,12 +161,8 @@ def _grouped(images: jax.Array, kernel: jax.Array, group: int, precision: Any,
     ``simulate``'s CPU mesh), the backward pass builds them again a group at a time instead of
     keeping them; else the forward pass for a gradient is :func:`_one_product` (module
     docstring)."""
-    kh, kw, channels, features = kernel.shape
-    matrix = kernel.reshape(kh * kw * channels, features)
-    groups = images.reshape(-1, group, *images.shape[1:])
-    out = lax.map(lambda part: lax.dot_general(_windows(part, kh, kw), matrix,
-                                               (((3,), (0,)), ((), ())), precision=precision),
-                  groups)
+    out = lax.map(lambda part: _one_product(part, kernel, precision),
+                  images.reshape(-1, group, *images.shape[1:]))
     return out.reshape(images.shape[0], *out.shape[2:])
 
 

@@ -75,6 +75,12 @@ def _backward(precision: Any, residuals: tuple, g: jax.Array) -> tuple[jax.Array
             like_primal(lax.dot_general(x, g, _CONTRACT_ROWS, precision=precision), w))
 
 
+def keeps_dtype(preferred_element_type: Any, dtype: Any) -> bool:
+    """Whether a product's ``preferred_element_type`` leaves its result in ``dtype`` (None
+    does; ``np.dtype("float64") == None`` is True in NumPy, so None is tested first)."""
+    return preferred_element_type is None or jnp.dtype(preferred_element_type) == dtype
+
+
 def like_primal(cotangent: jax.Array, primal: jax.Array) -> jax.Array:
     """``cotangent`` summed over the ``shard_map`` axes it varies over and ``primal`` does not
     (what JAX's own rules do for an operand replicated over them: the transpose of its
@@ -128,8 +134,7 @@ def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers: Any,
     (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
     dense = (tuple(lhs_contract) == (lhs.ndim - 1,) and tuple(rhs_contract) == (0,)
              and not lhs_batch and not rhs_batch and not kwargs
-             and (preferred_element_type is None
-                  or jnp.dtype(preferred_element_type) == lhs.dtype))
+             and keeps_dtype(preferred_element_type, lhs.dtype))
     if not (dense and _applies(lhs, rhs)):
         return lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
                                preferred_element_type=preferred_element_type, **kwargs)
