@@ -192,7 +192,11 @@ def main(argv: list[str] | None = None) -> dict:
                   f"(ratio {row['ratio_after_over_before']:.3f}; of the best runs "
                   f"{row['ratio_of_best']:.3f}; final models identical: "
                   f"{row['final_models_identical']})", flush=True)
-    payload = {"benchmark": "before_after", "ref": args.ref, "rounds": args.rounds,
+    commit = None if args.ref_tree else subprocess.run(
+        ["git", "rev-parse", args.ref], cwd=REPO_ROOT, check=True, capture_output=True,
+        text=True).stdout.strip()
+    payload = {"benchmark": "before_after", "ref": args.ref, "ref_commit": commit,
+               "rounds": args.rounds,
                "repeats": args.repeats, "date": datetime.date.today().isoformat(),
                "machine": machine_info(), "results": rows}
     out = args.out or DEFAULT_OUT.with_name(

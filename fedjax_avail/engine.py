@@ -274,7 +274,7 @@ def simulate(
                  ProgressDisplay(progress), evaluation, *own, DivergenceGuard(),
                  StallGuard(slot_length), *([checkpointing] if checkpointing else [])]
         # restored (and verified) before anything is compiled: a refused resume costs nothing
-        restored = checkpointing.restore(run, plan.settings) if checkpointing else False
+        restored = checkpointing.restore(run, plan.fingerprint()) if checkpointing else False
         evaluation.bind(task, plan.placement.data, plan.runs.several, plan.mesh, plan.layout)
         _loop(run, RoundProgram(plan), hooks, fresh=not restored)
     results = run.results()

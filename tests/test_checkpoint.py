@@ -244,3 +244,15 @@ def test_checkpoint_seconds_skips_saves_due_too_soon_but_never_the_last_or_a_sto
     assert saved("stopped", 3600, StopAt20()) == [20]
     with pytest.raises(ValueError, match="checkpoint_seconds must be .*>= 0.*-1"):
         _run(10, checkpoint_dir=tmp_path / "bad", seconds=-1)
+
+
+def test_the_fingerprint_is_taken_only_when_a_checkpoint_asks(monkeypatch, tmp_path):
+    # it hashes the data (0.73 s for pfl's CIFAR-10 shape): a run without checkpoints skips it
+    from fedjax_avail import plan
+
+    taken = []
+    monkeypatch.setattr(plan, "run_settings", lambda **s: taken.append(sorted(s)) or {})
+    _run(2)
+    assert taken == []
+    _run(2, checkpoint_dir=tmp_path, every=1)
+    assert len(taken) == 1 and "data" in taken[0] and "algorithm" in taken[0]

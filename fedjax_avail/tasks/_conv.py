@@ -55,7 +55,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from fedjax_avail.tasks._matmul import dot_general, keeps_dtype, like_primal
+from fedjax_avail.tasks._matmul import dot_general, keeps_dtype, like_primal, varying_like
 
 _NHWC = ("NHWC", "HWIO", "NHWC")
 _ONES = (1, 1)
@@ -202,12 +202,17 @@ def _grouped_backward(group: int, precision: Any, per_core: bool, residuals: Any
                   for a in range(kh) for b in range(kw)]
         return kernel_grad, functools.reduce(operator.add, slices)
 
-    # the groups' kernel gradients as the map's outputs, summed after it (a loop carry would
-    # need the varying-axis type of the cotangent inside a shard_map)
-    kernel_grads, images_grad = lax.map(
-        one_group, (images.reshape(-1, group, *images.shape[1:]),
-                    cotangent.reshape(-1, group, *cotangent.shape[1:])))
-    kernel_grad = jnp.sum(kernel_grads, axis=0).T.reshape(kernel.shape).astype(kernel.dtype)
+    def accumulate(total: jax.Array, part: tuple) -> tuple[jax.Array, jax.Array]:
+        kernel_grad, images_grad = one_group(part)
+        return total + kernel_grad, images_grad
+
+    # the kernel's gradient summed in the loop's carry (a sum of the groups' gradients kept
+    # as the loop's outputs took 0.6 ms of a 10 ms step of pfl's CNN)
+    start = varying_like(jnp.zeros((features, kh * kw * channels), wide), images, cotangent)
+    kernel_grad, images_grad = lax.scan(
+        accumulate, start, (images.reshape(-1, group, *images.shape[1:]),
+                            cotangent.reshape(-1, group, *cotangent.shape[1:])))
+    kernel_grad = kernel_grad.T.reshape(kernel.shape).astype(kernel.dtype)
     images_grad = images_grad.reshape(images.shape).astype(images.dtype)
     return (like_primal(images_grad, images),
             like_primal(kernel_grad, kernel))

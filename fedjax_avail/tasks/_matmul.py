@@ -90,6 +90,19 @@ def like_primal(cotangent: jax.Array, primal: jax.Array) -> jax.Array:
     return lax.psum(cotangent, tuple(sorted(extra))) if extra else cotangent
 
 
+def varying_like(x: jax.Array, *refs: jax.Array) -> jax.Array:
+    """``x`` made to vary over the ``shard_map`` axes any of ``refs`` varies over (a loop
+    carry started from constants must have the type of what is added to it); unchanged
+    outside ``shard_map``."""
+    extra = frozenset().union(*map(_varying, refs)) - _varying(x)
+    if not extra:
+        return x
+    names = tuple(sorted(extra))
+    if hasattr(lax, "pcast"):  # JAX 0.10
+        return lax.pcast(x, names, to="varying")
+    return lax.pvary(x, names)  # JAX 0.7-0.9
+
+
 def _varying(x: jax.Array) -> frozenset:
     """The ``shard_map`` axes ``x`` varies over: its type's ``manual_axis_type.varying``
     (JAX 0.10) or ``vma`` (JAX 0.7-0.9)."""
