@@ -31,10 +31,12 @@ approximations (:func:`full_batch_bytes`).
 
 Under a device mesh every term is a total over the devices, as ``Result.memory["measured"]``
 is (over this process's devices: a run over several processes measures its own share): a
-device holds a copy of each array (the test set too), or its part of one split over a
-``"clients"`` axis; over a ``"cohort"`` axis each device trains its share of the cohort, and
-the devices of the other axes each train the whole cohort (:func:`estimate_memory`'s
-``mesh``). Against XLA:CPU over 2 devices (``tests/test_sharding.py``) this is within 10% for
+device holds a copy of each array (the test set too on a mesh with a ``"clients"`` axis; on
+one without, the evaluations run on the first device, which holds its one copy), or its part
+of one split over a ``"clients"`` axis; over a ``"cohort"`` axis each device trains its share
+of the cohort, and the devices of the other axes each train the whole cohort
+(:func:`estimate_memory`'s ``mesh``). Against XLA:CPU over 2 devices
+(``tests/test_sharding.py``) this is within 10% for
 Power-of-Choice's and FedLaAvg's rounds on either axis.
 """
 
@@ -238,7 +240,10 @@ def estimate_memory(
     working = max(0, training - updates)
     terms = {
         "data": data_bytes,
-        "test_data": _arrays_bytes(test) * copies,
+        # on a mesh without a "clients" axis the evaluations run on the first device alone
+        # (fedjax_avail.evaluation.Evaluations), which holds the one copy
+        "test_data": _arrays_bytes(test) * (
+            copies if mesh_lib.CLIENTS in getattr(mesh, "axis_names", ()) else 1),
         "server_state": (runs + run_copies) * server * copies,
         "per_client_tables": (runs + run_copies) * sum(tables.values()) * split_copies,
         "availability_state": (runs + run_copies) * avail,

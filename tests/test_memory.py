@@ -105,6 +105,24 @@ def test_an_availability_trace_is_split_over_its_clients_and_a_model_history_is_
         "availability_state"] == 4 * 10
 
 
+def test_the_test_set_is_counted_where_the_evaluations_hold_it():
+    # a copy on each device of a mesh with a "clients" axis; one on the first device of a mesh
+    # without one (fedjax_avail.evaluation.Evaluations evaluates there alone)
+    fd = fa.FederatedData(arrays={"x": np.zeros((8, 784), np.uint8), "y": np.zeros(8, np.int32)},
+                          offsets=np.arange(8, dtype=np.int32), counts=np.ones(8, np.int32))
+    test = {"x": np.zeros((100, 784), np.uint8), "y": np.zeros(100, np.int32)}
+    task, alg = fa.tasks.logistic_regression(784, 10), fa.algorithms.FedAvg(clients_per_round=4)
+    one = 100 * (784 + 4)
+
+    def held(names):
+        mesh = None if names is None else jax.sharding.AbstractMesh(
+            (2,) * len(names), names)
+        return fa.estimate_memory(task, fd, alg, test_data=test, mesh=mesh).terms["test_data"]
+
+    assert held(None) == held(("cohort",)) == one
+    assert held(("clients",)) == 2 * one and held(("clients", "cohort")) == 4 * one
+
+
 def test_the_loop_trains_the_most_runs_at_once_that_fit(monkeypatch):
     fd = fa.FederatedData(arrays={"x": np.zeros((6, 784), np.uint8), "y": np.zeros(6, np.int32)},
                           offsets=np.arange(6, dtype=np.int32), counts=np.ones(6, np.int32))

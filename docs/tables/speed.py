@@ -283,7 +283,8 @@ def before_after() -> str:
         d = json.loads(path.read_text())
         for name, r in d["results"].items():
             same = r.get("final_models_identical")
-            body.append([f"`{path.name}`", d["date"][:10], f"`{d['ref']}`", name,
+            before = d["ref_commit"][:7] if d.get("ref_commit") else d["ref"]
+            body.append([f"`{path.name}`", d["date"][:10], f"`{before}`", name,
                          f"{r['ratio_after_over_before']:.3f}",
                          "-" if same is None else "yes" if same else "no"])
     return table(["file", "date", "before (`--ref`)", "setting", "time after / before",
