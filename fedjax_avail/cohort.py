@@ -13,8 +13,10 @@ Array kinds, by leading axis:
 :func:`map_cohort` is the only place that maps a per-client function over a cohort: it owns
 ``vmap``, the ``client_chunk`` memory knob and the split of the cohort over a device mesh's
 ``"cohort"`` axis (:mod:`fedjax_avail.mesh`), so algorithms never call ``jax.vmap``
-themselves. :func:`gather`, :func:`scatter` and :func:`masked_mean` move rows between client
-and cohort arrays; compressed ``[N, P]`` tables live in :mod:`fedjax_avail.tables`.
+themselves; :func:`map_cohort_sum` is its weighted sum over the members, for a round that needs
+only that (FedAvg), without holding the ``[K, ...]`` results. :func:`gather`, :func:`scatter`
+and :func:`masked_mean` move rows between client and cohort arrays; compressed ``[N, P]``
+tables live in :mod:`fedjax_avail.tables`.
 """
 
 from __future__ import annotations
@@ -100,25 +102,99 @@ def _map_here(fn: Callable[..., Any], args: Any, chunk: int | None) -> Any:
     size = jax.tree.leaves(args)[0].shape[0]
     if chunk is None or chunk >= size:
         return jax.vmap(fn)(*args)
+    members_from, shapes = _chunk_replay(fn, args, chunk)
+
+    def one_chunk(b, out):
+        start = _chunk_start(b, chunk, size)
+        return jax.tree.map(lambda o, r: jax.lax.dynamic_update_slice_in_dim(o, r, start, 0),
+                            out, members_from(start))
+
+    out = jax.tree.map(lambda s: jnp.zeros((size, *s.shape[1:]), s.dtype), shapes)
+    return jax.lax.fori_loop(0, -(-size // chunk), one_chunk, out)
+
+
+def _chunk_replay(fn: Callable[..., Any], args: Any, chunk: int) -> tuple[Callable, Any]:
+    """``members_from(start)``: ``vmap`` of ``fn`` over the ``chunk`` members from ``start``,
+    and its outputs' shapes. ``fn`` is traced once, for the shapes, and replayed in the loop
+    (tracing it again there cost FedAvg's round program 0.1 s of its 0.25 s of tracing, every
+    simulate call)."""
     batched = jax.vmap(fn)
 
     def members_from(start):
         return batched(*jax.tree.map(
             lambda a: jax.lax.dynamic_slice_in_dim(a, start, chunk), args))
 
-    # fn traced once, for the buffer's shapes, and replayed in the loop (tracing it again there
-    # cost FedAvg's round program 0.1 s of its 0.25 s of tracing, every simulate call)
     traced, shapes = jax.make_jaxpr(members_from, return_shape=True)(jnp.int32(0))
     replay, tree = jax_core.jaxpr_as_fun(traced), jax.tree.structure(shapes)
+    return (lambda start: jax.tree.unflatten(tree, replay(start))), shapes
 
-    def one_chunk(b, out):
-        # int32, as traced (under jax_enable_x64 the loop counts in int64)
-        start = jnp.minimum(b * chunk, size - chunk).astype(jnp.int32)
-        return jax.tree.map(lambda o, r: jax.lax.dynamic_update_slice_in_dim(o, r, start, 0),
-                            out, jax.tree.unflatten(tree, replay(start)))
 
-    out = jax.tree.map(lambda s: jnp.zeros((size, *s.shape[1:]), s.dtype), shapes)
-    return jax.lax.fori_loop(0, -(-size // chunk), one_chunk, out)
+def _chunk_start(b: jax.Array, chunk: int, size: int) -> jax.Array:
+    """The first member of chunk ``b``: ``min(b chunk, K - chunk)`` (the last chunk starts
+    early rather than run past K), int32 as traced (under jax_enable_x64 the loop counts in
+    int64)."""
+    return jnp.minimum(b * chunk, size - chunk).astype(jnp.int32)
+
+
+def map_cohort_sum(fn: Callable[..., Any], weights: CohortArray, *args: Any,
+                   chunk: int | None = None) -> Any:
+    """``sum_k weights[k] fn(*(a[k] for a in args))`` over the cohort, each output leaf summed
+    over the members as :func:`map_cohort` trains them (same ``vmap``, chunks and split over a
+    ``"cohort"`` mesh axis). In chunks, each chunk's weighted sum is added to the loop's carry
+    as the chunk finishes, so the ``[K, ...]`` results are never held: one ``[...]`` sum a
+    device, added over the devices at the end. A member a last, overlapping chunk trains again
+    (:func:`_map_here`) and a padding member of the mesh's split count with weight 0. Equal to
+    ``jnp.tensordot(weights, map_cohort(fn, *args), 1)`` up to float reordering.
+
+    A FedAvg round of pfl's CIFAR-10 CNN (K = 50 over 2 CPU devices, a member at a time) held
+    the 50 deltas (325 MB) and averaged them after training; its local training and average
+    took 1.26-1.30 s against 1.58-1.60 s with the stacked deltas (one process, alternating).
+
+    Args:
+      fn: a function of one member's slices of ``args``, returning a pytree of float arrays.
+      weights: ``[K]`` float weights.
+      *args: pytrees of cohort arrays ``[K, ...]``.
+      chunk: as for :func:`map_cohort`.
+    """
+    if chunk is not None and chunk < 1:
+        raise ValueError(f"client_chunk must be >= 1 or None, got {chunk}")
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or COHORT not in mesh.axis_names:
+        return _sum_here(fn, weights, args, chunk)
+    from jax.sharding import PartitionSpec
+
+    size, devices = jax.tree.leaves(args)[0].shape[0], mesh.shape[COHORT]
+    split = PartitionSpec(COHORT)
+    pad = -size % devices
+    padded = _pad_to(args, size, devices)
+    weights = jnp.concatenate([weights, jnp.zeros((pad,), weights.dtype)])
+    share = jax.tree.map(lambda a: jax.lax.with_sharding_constraint(
+        a.reshape((devices, -1, *a.shape[1:])), split), (weights, padded))
+    parts = jax.vmap(lambda w, a: _sum_here(fn, w, a, chunk))(*share)
+    parts = jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, split), parts)
+    return jax.tree.map(lambda a: jnp.sum(a, axis=0), parts)
+
+
+def _sum_here(fn: Callable[..., Any], weights: CohortArray, args: Any,
+              chunk: int | None) -> Any:
+    """``sum_k weights[k] fn(args[k])`` on this device, in sequential chunks of ``chunk``
+    members (those of a last, overlapping chunk that the chunk before trained count once)."""
+    def weighted(w, out):
+        return jax.tree.map(lambda o: jnp.tensordot(w.astype(o.dtype), o, 1), out)
+
+    size = jax.tree.leaves(args)[0].shape[0]
+    if chunk is None or chunk >= size:
+        return weighted(weights, jax.vmap(fn)(*args))
+    members_from, shapes = _chunk_replay(fn, args, chunk)
+
+    def one_chunk(b, total):
+        start = _chunk_start(b, chunk, size)
+        fresh = start + jnp.arange(chunk) >= b * chunk  # not trained by the chunk before
+        w = jnp.where(fresh, jax.lax.dynamic_slice_in_dim(weights, start, chunk), 0)
+        return jax.tree.map(jnp.add, total, weighted(w, members_from(start)))
+
+    total = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), shapes)
+    return jax.lax.fori_loop(0, -(-size // chunk), one_chunk, total)
 
 
 def gather(client_array: ClientArray, cohort: CohortArray) -> CohortArray:
@@ -150,7 +226,12 @@ def scatter(
 
 def masked_mean(values: CohortArray, weights: CohortArray) -> ServerArray:
     """``sum_k w_k values[k] / sum_k w_k`` over the cohort; zero when every weight is zero."""
+    return jnp.tensordot(weights, values, axes=1) / weight_total(weights)
+
+
+def weight_total(weights: CohortArray) -> jax.Array:
+    """``sum_k w_k``, or 1 when it is 0 (a mean of no members is zero, not NaN)."""
     total = jnp.sum(weights)
-    return jnp.tensordot(weights, values, axes=1) / jnp.where(total > 0, total, 1.0)
+    return jnp.where(total > 0, total, 1.0)
 
 

@@ -61,14 +61,19 @@ def _split(flat: jax.Array, like):
                               for piece, leaf in zip(pieces, leaves, strict=True)])
 
 
-def _map_members(problem, one_member, params, starts, rows):
+def _map_members(problem, one_member, params, starts, rows, weights=None):
     """``one_member(x0, member_rows)`` for every member: from the shared global model (closed
-    over, not broadcast to ``[K, P]``), or from each member's own row of ``starts``."""
+    over, not broadcast to ``[K, P]``), or from each member's own row of ``starts``; with
+    ``weights [K]``, their weighted sum (:func:`fedjax_avail.cohort.map_cohort_sum`)."""
+    def mapped(fn, *args):
+        if weights is None:
+            return cohort_lib.map_cohort(fn, *args, chunk=problem.client_chunk)
+        return cohort_lib.map_cohort_sum(fn, weights, *args, chunk=problem.client_chunk)
+
     if starts is None:
         x0, _ = ravel_pytree(params)
-        return cohort_lib.map_cohort(lambda r: one_member(x0, r), rows,
-                                     chunk=problem.client_chunk)
-    return cohort_lib.map_cohort(one_member, starts, rows, chunk=problem.client_chunk)
+        return mapped(lambda r: one_member(x0, r), rows)
+    return mapped(one_member, starts, rows)
 
 
 def local_sgd(
@@ -83,8 +88,10 @@ def local_sgd(
     mu: float = 0.0,
     starts: jax.Array | None = None,
     batch_ids: jax.Array | None = None,
+    weights: jax.Array | None = None,
 ) -> jax.Array:
-    """Runs C local SGD steps for each cohort member and returns the flat model deltas.
+    """Runs C local SGD steps for each cohort member and returns the flat model deltas (or,
+    with ``weights``, their weighted sum).
 
     ``x_k^{t} = x_k^{t-1} - lr * (grad F(x_k^{t-1}; xi_k^t) + mu (x_k^{t-1} - x_k^0))``, with
     ``xi_k^t`` a batch of B rows drawn uniformly with replacement from member k's rows.
@@ -102,9 +109,13 @@ def local_sgd(
       starts: optional ``[K, P]`` flat start models, one per member (stale asynchronous jobs).
       batch_ids: optional ``[K]`` ints that key each member's batches instead of its client
         index (a client with two jobs in one step draws two different batches).
+      weights: optional ``[K]`` float weights: return ``sum_k w_k u_k`` ``[P]``, summed as the
+        members finish (:func:`fedjax_avail.cohort.map_cohort_sum`; the ``[K, P]`` deltas are
+        never held when the cohort trains in chunks).
 
     Returns:
-      ``[K, P]`` float32 deltas ``u_k = x_k^C - x_k^0``, flattened with ``ravel_pytree``.
+      ``[K, P]`` float32 deltas ``u_k = x_k^C - x_k^0``, flattened with ``ravel_pytree``; with
+      ``weights``, ``[P]`` their weighted sum.
     """
     arrays, rows = _cohort_rows(problem, clients, key, steps, batch_size, batch_ids)
 
@@ -126,7 +137,7 @@ def local_sgd(
         x, _ = jax.lax.scan(sgd_step, start, member_rows)
         return ravel_pytree(x)[0] - x0
 
-    return _map_members(problem, one_member, params, starts, rows)
+    return _map_members(problem, one_member, params, starts, rows, weights)
 
 
 def local_gradients(

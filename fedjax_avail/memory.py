@@ -11,9 +11,11 @@ A run holds on the device, for its whole length:
 
 and, while a round runs, the **cohort's updates**: the ``[K, P]`` float32 arrays the round
 holds together after training, however the cohort is chunked (its ``Footprint.copies`` of
-them: FedAvg's deltas alone; an asynchronous update's results and their start models, 2;
-FedLaAvg's and MIFA's deltas and table rows, 4); the **cohort working set**: what training
-holds beyond those buffers (XLA reuses them): the stack of all K deltas and, for each client
+them: an asynchronous update's results and their start models, 2; FedLaAvg's and MIFA's deltas
+and table rows, 4; none for FedAvg, whose round sums the deltas as the members finish:
+:func:`fedjax_avail.cohort.map_cohort_sum`); the **cohort working set**: what training
+holds beyond those buffers (XLA reuses them): the stack of all K deltas (for FedAvg, a sum a
+device and each chunk's deltas) and, for each client
 trained at once (``client_chunk`` of them when set, on each of a ``"cohort"`` mesh axis's D
 devices, the cohort padded to D shares), three P-sized vectors (local model, its
 start, gradient), one batch of B examples as float32 and the model's activations for that batch
@@ -234,8 +236,13 @@ def estimate_memory(
     devices = cohort_devices(mesh)
     share = -(-cohort // devices)
     in_flight = devices * min(share, train_chunk or share)
-    training = (1 + footprint.starts) * devices * share * num_params * 4 + in_flight * (
-        _member_bytes(task, params, data, footprint.batch_size) - num_params * 4)
+    member = _member_bytes(task, params, data, footprint.batch_size)
+    if footprint.copies:  # the [K, P] results, each member's written into them
+        training = (1 + footprint.starts) * devices * share * num_params * 4 + in_flight * (
+            member - num_params * 4)
+    else:  # summed as the members finish: a sum a device, each member's own result
+        training = (devices + footprint.starts * devices * share) * num_params * 4 + (
+            in_flight * member)
     updates = footprint.copies * cohort * num_params * 4
     working = max(0, training - updates)
     terms = {

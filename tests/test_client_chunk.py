@@ -2,6 +2,9 @@
 keep each chunk's working sets in ``CPU_CHUNK_BYTES``; the choice changes results by float
 reordering at most, and never the full-batch passes."""
 
+import dataclasses
+from typing import ClassVar
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -110,12 +113,24 @@ def test_an_explicit_value_bounds_both_passes_and_a_bad_one_is_refused_by_name()
             fa.simulate(task, fd, alg, fa.availability.AlwaysOn(), rounds=1, client_chunk=bad)
 
 
+@dataclasses.dataclass(frozen=True)
+class _StackedFedAvg(fa.algorithms.FedAvg):
+    """FedAvg as an algorithm that holds its K deltas together after training states it."""
+
+    cohort_copies: ClassVar[int] = 1
+
+
+def _stacked(k: int) -> _StackedFedAvg:
+    return _StackedFedAvg(clients_per_round=k, local_steps=2, batch_size=5, client_lr=0.01)
+
+
 def test_the_estimate_counts_the_members_trained_at_once_and_every_members_update():
-    task, fd, alg = fa.tasks.logistic_regression(784, 10), _images(1000, 1), _fedavg(1000)
-    terms = {chunk: fa.estimate_memory(task, fd, alg, client_chunk=chunk).terms
+    task, fd = fa.tasks.logistic_regression(784, 10), _images(1000, 1)
+    stacked = _stacked(1000)
+    terms = {chunk: fa.estimate_memory(task, fd, stacked, client_chunk=chunk).terms
              for chunk in (None, 10, "auto")}
     training = LR_MEMBER - 7850 * 4  # a member in training, its delta apart
-    train, _ = memory.client_chunks("auto", task, fd, alg)
+    train, _ = memory.client_chunks("auto", task, fd, stacked)
     assert train == 11  # 1000 members in 91 chunks of 11, the last overlapping by 1
     # the K deltas are held together until aggregated, whatever the chunk, and the members
     # in training beside them (no padded stack: cohort.map_cohort)
@@ -125,11 +140,21 @@ def test_the_estimate_counts_the_members_trained_at_once_and_every_members_updat
     # under a "cohort" mesh of D devices: the cohort padded to D shares, each device its chunk
     two = jax.sharding.AbstractMesh((2,), ("cohort",))
     for k, chunk, members in ((1000, "auto", 2 * 11), (1000, 7, 2 * 7), (7, None, 8)):
-        terms = fa.estimate_memory(task, fd, _fedavg(k), client_chunk=chunk, mesh=two).terms
+        alg = _stacked(k)
+        terms = fa.estimate_memory(task, fd, alg, client_chunk=chunk, mesh=two).terms
         padded = -(-k // 2) * 2
         assert terms["cohort_updates"] == k * 7850 * 4, (k, chunk)
         assert terms["cohort_working_set"] == (padded - k) * 7850 * 4 + members * training, (
             k, chunk)
+    # FedAvg sums its deltas as the members finish (cohort.map_cohort_sum): a sum a device and
+    # the members in flight, each with its delta; no [K, P] array unless one vmap trains all
+    for chunk, mesh, members in ((None, None, 1000), (10, None, 10), (7, two, 2 * 7),
+                                 ("auto", two, 2 * 11)):
+        terms = fa.estimate_memory(task, fd, _fedavg(1000), client_chunk=chunk,
+                                   mesh=mesh).terms
+        sums = 1 if mesh is None else 2
+        assert terms["cohort_updates"] == 0, chunk
+        assert terms["cohort_working_set"] == sums * 7850 * 4 + members * LR_MEMBER, chunk
     # an asynchronous update's start models are held while its members train, beside their
     # results: two [K, P] arrays, and the members in flight above them
     fedbuff = fa.algorithms.FedBuff(buffer_size=1000, concurrency=1000, history=4,
@@ -228,13 +253,18 @@ def test_auto_trains_in_its_chunks_and_matches_one_vmap_up_to_float_reordering(m
                                client_lr=0.01, selection=fa.selection.PowerOfChoice(d=64))
     assert memory.client_chunks("auto", task, fd, alg) == (11, None)  # 64 x 141 KB > 1.5 MiB
     seen = []  # (members, chunk) of every cohort map the engine traces
-    map_cohort = cohort_lib.map_cohort
+    map_cohort, map_cohort_sum = cohort_lib.map_cohort, cohort_lib.map_cohort_sum
 
     def spy(fn, *args, chunk=None):
         seen.append((jax.tree.leaves(args)[0].shape[0], chunk))
         return map_cohort(fn, *args, chunk=chunk)
 
+    def spy_sum(fn, weights, *args, chunk=None):
+        seen.append((jax.tree.leaves(args)[0].shape[0], chunk))
+        return map_cohort_sum(fn, weights, *args, chunk=chunk)
+
     monkeypatch.setattr(cohort_lib, "map_cohort", spy)
+    monkeypatch.setattr(cohort_lib, "map_cohort_sum", spy_sum)
 
     def run(chunk):
         seen.clear()
@@ -266,3 +296,58 @@ def test_chunks_run_with_64_bit_integers():
         np.testing.assert_array_equal(out, np.arange(14.0).reshape(7, 2).sum(1) * 2)
     finally:
         jax.config.update("jax_enable_x64", False)
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 4, 5, 7, 12, 30])
+def test_the_cohort_sum_weighs_every_member_once_in_any_chunks(chunk):
+    # K = 12 in chunks of 5 (last chunk [7, 12) retrains members 7-9) or 7 ([5, 12) retrains
+    # 5-6): the sum counts each member once, the weights as given (zeros included)
+    k, p = 12, 1000
+    rows = jnp.arange(k * 3, dtype=jnp.float32).reshape(k, 3)
+    weights = jnp.asarray([0.5, 0, 2, 1, 1, 3, 0, 1, 1, 4, 1, 0.25], jnp.float32)
+
+    def member(row):
+        return {"update": jnp.full((p,), jnp.sum(row)), "square": jnp.sum(row) ** 2}
+
+    total = jax.jit(lambda w, r: cohort_lib.map_cohort_sum(member, w, r, chunk=chunk))(
+        weights, rows)
+    sums = np.asarray(rows, np.float64).sum(axis=1)  # an independent float64 reference
+    w = np.asarray(weights, np.float64)
+    np.testing.assert_allclose(total["update"], np.full(p, w @ sums), rtol=1e-6)
+    np.testing.assert_allclose(total["square"], w @ sums**2, rtol=1e-6)
+
+
+def test_the_cohort_sum_in_chunks_holds_no_stack_of_the_members_results():
+    # the [K, P] results map_cohort returns are never held: a sum and a chunk's results
+    k, p, chunk = 40, 25_000, 4
+    rows = jnp.arange(k, dtype=jnp.float32)
+
+    def summed(r):
+        return cohort_lib.map_cohort_sum(lambda x: jnp.full((p,), x), jnp.ones(k), r,
+                                         chunk=chunk)
+
+    np.testing.assert_allclose(jax.jit(summed)(rows), np.full(p, k * (k - 1) / 2))
+    temp = jax.jit(summed).lower(rows).compile().memory_analysis().temp_size_in_bytes
+    assert temp <= (chunk + 2) * p * 4 + 2**16, temp
+    stacked = jax.jit(lambda r: cohort_lib.map_cohort(lambda x: jnp.full((p,), x), r,
+                                                      chunk=chunk).sum(0))
+    assert stacked.lower(rows).compile().memory_analysis().temp_size_in_bytes >= k * p * 4
+
+
+def test_fedavg_s_streamed_mean_matches_the_mean_of_its_members_deltas():
+    # the round's sum as the members finish against the mean of local_sgd's [K, P] deltas
+    # (the stacked path), with invalid members (weight 0) and data-size weights, in chunks of 3
+    from fedjax_avail.local import Problem, local_sgd
+
+    fd = _images(10, 4)
+    task = fa.tasks.logistic_regression(784, 10)
+    params = task.init(jax.random.PRNGKey(0))
+    clients = jnp.asarray([0, 3, 5, 7, 9, 2, 4], jnp.int32)
+    weights = jnp.asarray([1, 0, 4, 4, 0, 4, 4], jnp.float32)
+    problem = Problem(task, fd, client_chunk=3)
+    common = dict(steps=2, batch_size=3, lr=0.1)
+    key = jax.random.PRNGKey(1)
+    deltas = local_sgd(problem, params, clients, key, **common)
+    total = local_sgd(problem, params, clients, key, weights=weights, **common)
+    np.testing.assert_allclose(total / weights.sum(), cohort_lib.masked_mean(deltas, weights),
+                               rtol=1e-5, atol=1e-7)

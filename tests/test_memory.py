@@ -181,16 +181,22 @@ def test_a_run_that_cannot_fit_is_refused_before_allocating(monkeypatch):
 
 
 def test_a_cohort_whose_updates_cannot_fit_is_told_to_shrink_k_not_only_to_chunk(monkeypatch):
-    n = 10**5  # K = N: the [K, P] float32 deltas of MNIST logistic regression are 3.14 GB
+    n = 10**5  # K = N: a [K, P] float32 array of MNIST logistic regression is 3.14 GB
     x = np.broadcast_to(np.zeros((1, 784), np.uint8), (n, 784))
     fd = fa.FederatedData(arrays={"x": x, "y": np.zeros(n, np.int32)},
                           offsets=np.arange(n, dtype=np.int32), counts=np.ones(n, np.int32))
     monkeypatch.setattr(memory, "available_bytes", lambda device=None, mesh=None: 2 * 10**9)
-    alg = fa.algorithms.FedAvg(clients_per_round=n, batch_size=1)
+    task = fa.tasks.logistic_regression(784, 10)
+    # FedBuff holds its K results and their K start models together
+    alg = fa.algorithms.FedBuff(buffer_size=n, concurrency=n, history=4, local_steps=1,
+                                batch_size=1, client_lr=0.01,
+                                durations=fa.clock.Exponential(1.0))
     with pytest.raises(MemoryError, match="fewer clients per round") as info:
-        fa.simulate(fa.tasks.logistic_regression(784, 10), fd, alg, fa.availability.AlwaysOn(),
-                    rounds=1, client_chunk=10)
-    assert "cohort_updates: 3.1 GB" in str(info.value)
+        fa.simulate(task, fd, alg, fa.availability.AlwaysOn(), rounds=1, client_chunk=10)
+    assert "cohort_updates: 6.3 GB" in str(info.value)
+    # FedAvg sums its deltas as its chunks finish (cohort.map_cohort_sum): in chunks it fits
+    fedavg = fa.algorithms.FedAvg(clients_per_round=n, batch_size=1)
+    assert fa.estimate_memory(task, fd, fedavg, client_chunk=10).total < 10**8
 
 
 def test_bad_runs_and_data_are_refused_before_anything_is_shaped():

@@ -49,7 +49,9 @@ class Footprint(NamedTuple):
     cohort: int  # K, the members a round (update) trains: "auto"'s chunks are sized on it
     batch_size: int  # B, the examples of a member's local batch
     largest: int  # the most members one pass trains (MIFA's authors-code fill round: all N)
-    copies: int = 1  # [K, P] float32 arrays held together after training
+    # [K, P] float32 arrays held together after training; 0: the round sums its members'
+    # results as they finish (fedjax_avail.cohort.map_cohort_sum)
+    copies: int = 1
     starts: int = 0  # [K, P] start models held while the members train
     full_batch: tuple[FullBatchPass, ...] = ()  # the selection's passes over whole local data
 

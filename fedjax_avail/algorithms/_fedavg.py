@@ -8,7 +8,7 @@ of *this round's* participants only and steps along the average.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax.numpy as jnp
 
@@ -55,6 +55,9 @@ class FedAvg(SyncParts):
       >>> alg = FedAvg(clients_per_round=10, local_steps=10, batch_size=5, client_lr=0.01)
     """
 
+    # the round sums the deltas as the members finish: no [K, P] array held (memory.py)
+    cohort_copies: ClassVar[int] = 0
+
     clients_per_round: Count
     local_steps: Count = 10
     batch_size: Count = 5
@@ -82,11 +85,14 @@ class FedAvg(SyncParts):
         self, state: FedAvgState, inputs: RoundInput, problem: Problem
     ) -> tuple[FedAvgState, Metrics]:
         c = self.cohort(state, inputs, problem)
-        deltas = local_sgd(problem, state.params, c.clients, c.train_key, steps=self.local_steps,
-                           batch_size=self.batch_size, lr=self.client_lr, mu=self.mu)
         counts = cohort_lib.gather(problem.data.counts, c.clients)
-        weights = c.valid * (counts if self.weighting == "data_size" else 1.0)
-        delta = cohort_lib.masked_mean(deltas, weights.astype(jnp.float32))
+        weights = (c.valid * (counts if self.weighting == "data_size" else 1.0)).astype(
+            jnp.float32)
+        # sum_k w_k u_k, summed as the members finish (no [K, P] deltas held in chunks)
+        total = local_sgd(problem, state.params, c.clients, c.train_key, steps=self.local_steps,
+                          batch_size=self.batch_size, lr=self.client_lr, mu=self.mu,
+                          weights=weights)
+        delta = total / cohort_lib.weight_total(weights)
         params, opt_state = server.apply_delta(
             self._optimizer(), state.params, state.opt_state, delta
         )
