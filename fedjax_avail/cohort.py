@@ -10,13 +10,13 @@ Array kinds, by leading axis:
 * run arrays ``[S, ...]``: several runs (seeds) of one configuration, the whole state stacked
   (:mod:`fedjax_avail.runs`).
 
-:func:`map_cohort` is the only place that maps a per-client function over a cohort: it owns
-``vmap``, the ``client_chunk`` memory knob and the split of the cohort over a device mesh's
-``"cohort"`` axis (:mod:`fedjax_avail.mesh`), so algorithms never call ``jax.vmap``
-themselves; :func:`map_cohort_sum` is its weighted sum over the members, for a round that needs
-only that (FedAvg), without holding the ``[K, ...]`` results. :func:`gather`, :func:`scatter`
-and :func:`masked_mean` move rows between client and cohort arrays; compressed ``[N, P]``
-tables live in :mod:`fedjax_avail.tables`.
+:func:`map_cohort` and :func:`map_cohort_sum` (the same map, returning the members' weighted
+sum without holding the ``[K, ...]`` results: FedAvg) are the only places that map a per-client
+function over a cohort: they own ``vmap``, the ``client_chunk`` memory knob and the split of the
+cohort over a device mesh's ``"cohort"`` axis (:mod:`fedjax_avail.mesh`), so algorithms never
+call ``jax.vmap`` themselves. :func:`gather`, :func:`scatter` and :func:`masked_mean` move rows
+between client and cohort arrays; compressed ``[N, P]`` tables live in
+:mod:`fedjax_avail.tables`.
 """
 
 from __future__ import annotations
@@ -58,26 +58,37 @@ def map_cohort(fn: Callable[..., Any], *args: Any, chunk: int | None = None) -> 
     Returns:
       ``fn``'s outputs stacked on a leading cohort axis ``[K, ...]``.
     """
+    devices = _cohort_devices(chunk)
+    if devices is None:
+        return _map_here(fn, args, chunk)
+    size = jax.tree.leaves(args)[0].shape[0]
+    padded = _split(_pad_to(args, size, devices))
+    if chunk is None:
+        return jax.tree.map(lambda a: a[:size], _split(jax.vmap(fn)(*padded)))
+    # in chunks: each device's share [D, K / D, ...] in its own chunks (a chunk slicing the
+    # sharded axis itself gathered every member to every device: 3x one device's time)
+    out = _split(jax.vmap(lambda *a: _map_here(fn, a, chunk))(*_shares(padded, devices)))
+    return jax.tree.map(lambda a: a.reshape((-1, *a.shape[2:]))[:size], out)
+
+
+def _cohort_devices(chunk: int | None) -> int | None:
+    """D, the devices of the ``"cohort"`` axis of the mesh being traced under (None without
+    one), after checking ``chunk``."""
     if chunk is not None and chunk < 1:
         raise ValueError(f"client_chunk must be >= 1 or None, got {chunk}")
     mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or COHORT not in mesh.axis_names:
-        return _map_here(fn, args, chunk)
-    from jax.sharding import PartitionSpec
+    return None if mesh.empty or COHORT not in mesh.axis_names else mesh.shape[COHORT]
 
-    size, devices = jax.tree.leaves(args)[0].shape[0], mesh.shape[COHORT]
-    split = PartitionSpec(COHORT)
-    padded = jax.lax.with_sharding_constraint(_pad_to(args, size, devices), split)
-    if chunk is None:
-        out = jax.lax.with_sharding_constraint(jax.vmap(fn)(*padded), split)
-        return jax.tree.map(lambda a: a[:size], out)
-    # in chunks: each device's share [D, K / D, ...] in its own chunks (a chunk slicing the
-    # sharded axis itself gathered every member to every device: 3x one device's time)
-    share = jax.tree.map(lambda a: jax.lax.with_sharding_constraint(
-        a.reshape((devices, -1, *a.shape[1:])), split), padded)
-    out = jax.vmap(lambda *a: _map_here(fn, a, chunk))(*share)
-    out = jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, split), out)
-    return jax.tree.map(lambda a: a.reshape((-1, *a.shape[2:]))[:size], out)
+
+def _split(tree: Any) -> Any:
+    """Every leaf split over the ``"cohort"`` axis on its leading axis."""
+    split = jax.sharding.PartitionSpec(COHORT)
+    return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, split), tree)
+
+
+def _shares(padded: Any, devices: int) -> Any:
+    """``[D K', ...]`` leaves as the devices' shares ``[D, K', ...]``, each on its device."""
+    return _split(jax.tree.map(lambda a: a.reshape((devices, -1, *a.shape[1:])), padded))
 
 
 def _pad_to(args: Any, size: int, multiple: int) -> Any:
@@ -154,27 +165,20 @@ def map_cohort_sum(fn: Callable[..., Any], weights: CohortArray, *args: Any,
     deltas alone took 32 MB (``tests/test_client_chunk.py``).
 
     Args:
-      fn: a function of one member's slices of ``args``, returning a pytree of float arrays.
+      fn: a function of one member's slices of ``args``, returning a pytree of float arrays
+        (each summed in its dtype promoted with the weights', as ``jnp.tensordot`` does).
       weights: ``[K]`` float weights.
       *args: pytrees of cohort arrays ``[K, ...]``.
       chunk: as for :func:`map_cohort`.
     """
-    if chunk is not None and chunk < 1:
-        raise ValueError(f"client_chunk must be >= 1 or None, got {chunk}")
-    mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or COHORT not in mesh.axis_names:
+    devices = _cohort_devices(chunk)
+    if devices is None:
         return _sum_here(fn, weights, args, chunk)
-    from jax.sharding import PartitionSpec
-
-    size, devices = jax.tree.leaves(args)[0].shape[0], mesh.shape[COHORT]
-    split = PartitionSpec(COHORT)
-    pad = -size % devices
+    size = jax.tree.leaves(args)[0].shape[0]
     padded = _pad_to(args, size, devices)
-    weights = jnp.concatenate([weights, jnp.zeros((pad,), weights.dtype)])
-    share = jax.tree.map(lambda a: jax.lax.with_sharding_constraint(
-        a.reshape((devices, -1, *a.shape[1:])), split), (weights, padded))
-    parts = jax.vmap(lambda w, a: _sum_here(fn, w, a, chunk))(*share)
-    parts = jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, split), parts)
+    weights = jnp.concatenate([weights, jnp.zeros((-size % devices,), weights.dtype)])
+    parts = _split(jax.vmap(lambda w, a: _sum_here(fn, w, a, chunk))(
+        *_shares((weights, padded), devices)))
     return jax.tree.map(lambda a: jnp.sum(a, axis=0), parts)
 
 
@@ -182,8 +186,12 @@ def _sum_here(fn: Callable[..., Any], weights: CohortArray, args: Any,
               chunk: int | None) -> Any:
     """``sum_k weights[k] fn(args[k])`` on this device, in sequential chunks of ``chunk``
     members (those of a last, overlapping chunk that the chunk before trained count once)."""
+    def wide(dtype):  # what a leaf is summed in (a bfloat16 result: float32, as tensordot)
+        return jnp.promote_types(dtype, weights.dtype)
+
     def weighted(w, out):
-        return jax.tree.map(lambda o: jnp.tensordot(w.astype(o.dtype), o, 1), out)
+        return jax.tree.map(lambda o: jnp.tensordot(w.astype(wide(o.dtype)),
+                                                    o.astype(wide(o.dtype)), 1), out)
 
     size = jax.tree.leaves(args)[0].shape[0]
     if chunk is None or chunk >= size:
@@ -196,7 +204,7 @@ def _sum_here(fn: Callable[..., Any], weights: CohortArray, args: Any,
         w = jnp.where(fresh, jax.lax.dynamic_slice_in_dim(weights, start, chunk), 0)
         return jax.tree.map(jnp.add, total, weighted(w, members_from(start)))
 
-    total = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), shapes)
+    total = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], wide(s.dtype)), shapes)
     return jax.lax.fori_loop(0, -(-size // chunk), one_chunk, total)
 
 

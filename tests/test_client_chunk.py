@@ -115,7 +115,7 @@ def test_an_explicit_value_bounds_both_passes_and_a_bad_one_is_refused_by_name()
 
 @dataclasses.dataclass(frozen=True)
 class _StackedFedAvg(fa.algorithms.FedAvg):
-    """FedAvg as an algorithm that holds its K deltas together after training states it."""
+    """FedAvg's rounds, estimated as an algorithm that holds its K deltas after training."""
 
     cohort_copies: ClassVar[int] = 1
 
@@ -354,3 +354,12 @@ def test_fedavg_s_streamed_mean_matches_the_mean_of_its_members_deltas():
     total = local_sgd(problem, params, clients, key, weights=weights, **common)
     np.testing.assert_allclose(total / weights.sum(), cohort_lib.masked_mean(deltas, weights),
                                rtol=1e-5, atol=1e-7)
+
+
+def test_the_cohort_sum_of_bfloat16_results_is_summed_in_float32():
+    # as jnp.tensordot(weights, results) promotes: a weight of 257 is not rounded to 256
+    weights = jnp.asarray([257.0, 1.0, 3.0], jnp.float32)
+    rows = jnp.asarray([1.0, 1.0, 1.0], jnp.bfloat16)
+    for chunk in (None, 2):
+        total = cohort_lib.map_cohort_sum(lambda x: x * 1, weights, rows, chunk=chunk)
+        assert total.dtype == jnp.float32 and float(total) == 261.0, chunk

@@ -107,7 +107,7 @@ def test_an_availability_trace_is_split_over_its_clients_and_a_model_history_is_
 
 def test_the_test_set_is_counted_where_the_evaluations_hold_it():
     # a copy on each device of a mesh with a "clients" axis; one on the first device of a mesh
-    # without one (fedjax_avail.evaluation.Evaluations evaluates there alone)
+    # without one (fedjax_avail.evaluation.Evaluators evaluates there alone)
     fd = fa.FederatedData(arrays={"x": np.zeros((8, 784), np.uint8), "y": np.zeros(8, np.int32)},
                           offsets=np.arange(8, dtype=np.int32), counts=np.ones(8, np.int32))
     test = {"x": np.zeros((100, 784), np.uint8), "y": np.zeros(100, np.int32)}

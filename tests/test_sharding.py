@@ -83,7 +83,7 @@ def test_cohort_split_over_devices_equals_one_device(algorithm):
         np.testing.assert_array_equal(split["params"], alone["params"])
     np.testing.assert_allclose(split["params"], alone["params"], rtol=1e-4, atol=1e-6)
     assert split["train_loss"] == pytest.approx(alone["train_loss"], rel=1e-5)
-    # the test set, put on both devices once (evaluation.RunEvaluation), scores the same
+    # the test set, evaluated on the first device alone (evaluation.Evaluators), scores the same
     np.testing.assert_allclose(split["test"], alone["test"], rtol=1e-5)
 
 

@@ -98,9 +98,9 @@ def varying_like(x: jax.Array, *refs: jax.Array) -> jax.Array:
     if not extra:
         return x
     names = tuple(sorted(extra))
-    if hasattr(lax, "pcast"):  # JAX 0.10
+    if hasattr(lax, "pcast"):  # where it exists (JAX 0.10 has no pvary)
         return lax.pcast(x, names, to="varying")
-    return lax.pvary(x, names)  # JAX 0.7-0.9
+    return lax.pvary(x, names)  # JAX 0.7.1, the lowest supported
 
 
 def _varying(x: jax.Array) -> frozenset:
