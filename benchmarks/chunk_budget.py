@@ -24,12 +24,12 @@ import datetime
 from pathlib import Path
 
 import jax
-import numpy as np
 from _common import machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
 from cohort_chunks import _task
 from scaling import _images, _time
 
 import fedjax_avail as fa
+from fedjax_avail.local import flat_size
 
 OUT = Path(__file__).resolve().parent / "results" / "chunk_budget.json"
 C, B = 10, 5
@@ -74,9 +74,7 @@ def main(argv: list[str] | None = None) -> dict:
         # one member's working set in training and its update, as the budget counts them
         # (FedAvg's estimate in chunks of 1: the device's sum and one member)
         terms = fa.estimate_memory(task, fd, algorithm, client_chunk=1, mesh=None).terms
-        params = task.init(jax.random.PRNGKey(0))
-        member = terms["cohort_working_set"] - 4 * sum(
-            int(np.size(leaf)) for leaf in jax.tree.leaves(params))
+        member = terms["cohort_working_set"] - 4 * flat_size(task.init(jax.random.PRNGKey(0)))
         rounds = max(2, round(args.rounds * share))
         for layout, mesh in LAYOUTS.items():
             timed = []

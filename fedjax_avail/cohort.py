@@ -171,10 +171,13 @@ def map_cohort_sum(fn: Callable[..., Any], weights: CohortArray, *args: Any,
       *args: pytrees of cohort arrays ``[K, ...]``.
       chunk: as for :func:`map_cohort`.
     """
+    size = jax.tree.leaves(args)[0].shape[0]
+    if jnp.shape(weights) != (size,):
+        raise ValueError(f"weights must be [K] = [{size}] (one per cohort member), got shape "
+                         f"{list(jnp.shape(weights))}")
     devices = _cohort_devices(chunk)
     if devices is None:
         return _sum_here(fn, weights, args, chunk)
-    size = jax.tree.leaves(args)[0].shape[0]
     padded = _pad_to(args, size, devices)
     weights = jnp.concatenate([weights, jnp.zeros((-size % devices,), weights.dtype)])
     parts = _split(jax.vmap(lambda w, a: _sum_here(fn, w, a, chunk))(

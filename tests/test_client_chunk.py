@@ -363,3 +363,11 @@ def test_the_cohort_sum_of_bfloat16_results_is_summed_in_float32():
     for chunk in (None, 2):
         total = cohort_lib.map_cohort_sum(lambda x: x * 1, weights, rows, chunk=chunk)
         assert total.dtype == jnp.float32 and float(total) == 261.0, chunk
+
+
+def test_the_cohort_sum_refuses_weights_that_are_not_one_per_member():
+    # a dynamic slice of too few weights would clamp silently inside the chunk loop
+    rows = jnp.arange(12.0)
+    for weights in (jnp.ones(5), jnp.ones((12, 1))):
+        with pytest.raises(ValueError, match=r"weights must be \[K\] = \[12\]"):
+            cohort_lib.map_cohort_sum(lambda x: x, weights, rows, chunk=5)
