@@ -61,19 +61,14 @@ def _split(flat: jax.Array, like):
                               for piece, leaf in zip(pieces, leaves, strict=True)])
 
 
-def _map_members(problem, one_member, params, starts, rows, weights=None):
+def _map_members(problem, one_member, params, starts, rows):
     """``one_member(x0, member_rows)`` for every member: from the shared global model (closed
-    over, not broadcast to ``[K, P]``), or from each member's own row of ``starts``; with
-    ``weights [K]``, their weighted sum (:func:`fedjax_avail.cohort.map_cohort_sum`)."""
-    def mapped(fn, *args):
-        if weights is None:
-            return cohort_lib.map_cohort(fn, *args, chunk=problem.client_chunk)
-        return cohort_lib.map_cohort_sum(fn, weights, *args, chunk=problem.client_chunk)
-
+    over, not broadcast to ``[K, P]``), or from each member's own row of ``starts``."""
     if starts is None:
         x0, _ = ravel_pytree(params)
-        return mapped(lambda r: one_member(x0, r), rows)
-    return mapped(one_member, starts, rows)
+        return cohort_lib.map_cohort(lambda r: one_member(x0, r), rows,
+                                     chunk=problem.client_chunk)
+    return cohort_lib.map_cohort(one_member, starts, rows, chunk=problem.client_chunk)
 
 
 def local_sgd(
@@ -118,26 +113,40 @@ def local_sgd(
       ``weights``, ``[P]`` their weighted sum.
     """
     arrays, rows = _cohort_rows(problem, clients, key, steps, batch_size, batch_ids)
+    dtype = jnp.result_type(*jax.tree.leaves(params))  # the flat vector's (ravel_pytree's)
+    proximal = not (isinstance(mu, (int, float)) and mu == 0)  # a static 0: plain SGD
 
     def loss(x, batch_rows):  # x: the model's pytree, each leaf in the flat vector's dtype
         batch = {name: a[batch_rows] for name, a in arrays.items()}
         model = jax.tree.map(lambda v, like: v.astype(jnp.result_type(like)), x, params)
         return problem.task.loss(model, batch)
 
-    def one_member(x0, member_rows):  # [P], [C, B]
+    def trained(start, member_rows):  # start: the member's model as a pytree; rows [C, B]
         def sgd_step(x, batch_rows):
-            return jax.tree.map(lambda v, g, v0: v - lr * (g + mu * (v - v0)), x,
-                                jax.grad(loss)(x, batch_rows), start), None
+            grad = jax.grad(loss)(x, batch_rows)
+            if proximal:
+                grad = jax.tree.map(lambda g, v, v0: g + mu * (v - v0), grad, x, start)
+            return jax.tree.map(lambda v, g: v - lr * g, x, grad), None
 
-        # The steps carry the model as a pytree, not as the flat [P] vector: slicing the
-        # leaves out of it and concatenating the gradient back cost 2 copies of the model a
-        # step (14 % of a step of pfl's CIFAR-10 CNN on a CPU; benchmarks/README.md). Same
-        # float operations on the same values, so the deltas are unchanged.
-        start = _split(x0, params)
         x, _ = jax.lax.scan(sgd_step, start, member_rows)
-        return ravel_pytree(x)[0] - x0
+        return jax.tree.map(jnp.subtract, x, start)  # u_k, leaf by leaf
 
-    return _map_members(problem, one_member, params, starts, rows, weights)
+    # The steps carry the model as a pytree, not as the flat [P] vector, and the deltas stay
+    # pytrees until they are stacked or summed: slicing the leaves out of a flat start and
+    # concatenating each member's model back cost copies of the model a step (14 % of a
+    # step of pfl's CIFAR-10 CNN on a CPU; benchmarks/README.md), then a member. A static
+    # mu = 0 drops the proximal term (0 (x - x0) still reads x0 a step). The same float
+    # operations on the same values, so the deltas are unchanged.
+    if starts is None:  # every member from the global model, closed over (not [K, P])
+        start = jax.tree.map(lambda v: jnp.asarray(v, dtype), params)
+        member, args = (lambda r: trained(start, r)), (rows,)
+    else:
+        member, args = (lambda s, r: trained(_split(s, params), r)), (starts, rows)
+    if weights is None:
+        return cohort_lib.map_cohort(lambda *a: ravel_pytree(member(*a))[0], *args,
+                                     chunk=problem.client_chunk)
+    total = cohort_lib.map_cohort_sum(member, weights, *args, chunk=problem.client_chunk)
+    return ravel_pytree(total)[0]
 
 
 def local_gradients(

@@ -14,12 +14,15 @@ holds together after training, however the cohort is chunked (its ``Footprint.co
 them: an asynchronous update's results and their start models, 2; FedLaAvg's and MIFA's deltas
 and table rows, 4; none for FedAvg, whose round sums the deltas as the members finish:
 :func:`fedjax_avail.cohort.map_cohort_sum`); the **cohort working set**: what training
-holds beyond those buffers (XLA reuses them): the stack of all K deltas (for FedAvg, a sum a
-device and each chunk's deltas) and, for each client
+holds beyond those buffers (XLA reuses them): the stack of all K deltas and, for each client
 trained at once (``client_chunk`` of them when set, on each of a ``"cohort"`` mesh axis's D
 devices, the cohort padded to D shares), three P-sized vectors (local model, its
 start, gradient), one batch of B examples as float32 and the model's activations for that batch
-(:func:`_layer_outputs`), and an asynchronous update's ``[K, P]`` start models; and,
+(:func:`_layer_outputs`), and an asynchronous update's ``[K, P]`` start models (for FedAvg: a
+sum a device and, for each client trained at once, its local model and gradient, the batch,
+the activations and a CPU convolution's largest windows once more, their gradient:
+:func:`_windows_bytes`; its members start from the server's model and add their deltas to
+the sum as they form them); and,
 when the selection strategy reads clients' full-batch losses or gradients
 (:func:`fedjax_avail.local.full_batch`: Power-of-Choice's d candidates each round; DivFL's,
 SubTrunc's and UnionFL's pass over all N before round 0, in chunks of ``ALL_CLIENTS_CHUNK``,
@@ -240,9 +243,13 @@ def estimate_memory(
     if footprint.copies:  # the [K, P] results, each member's written into them
         training = (1 + footprint.starts) * devices * share * num_params * 4 + in_flight * (
             member - num_params * 4)
-    else:  # summed as the members finish: a sum a device, each member's own result
+    else:  # summed as the members finish: a sum a device, and each member's model and
+        # gradient (it starts from the server's model; its delta goes into the sum as it is
+        # formed) and, on a CPU, its largest convolution windows once more (their gradient)
+        streamed = member - 2 * num_params * 4 + _windows_bytes(task, params, data,
+                                                                footprint.batch_size)
         training = (devices + footprint.starts * devices * share) * num_params * 4 + (
-            in_flight * member)
+            in_flight * streamed)
     updates = footprint.copies * cohort * num_params * 4
     working = max(0, training - updates)
     terms = {
@@ -341,18 +348,35 @@ def _member_bytes(task: Task, params: Any, data: FederatedData, batch: int) -> i
     terms of :func:`estimate_memory`): FedAvg 0.94-1.03x for LeNet-5, 0.96-1.28x for WKAFL's
     CNN and 0.98x for an MLP in chunks of 1; FedLaAvg, MIFA (both starts), FedBuff, K-async
     SGD and WKAFL 0.96-1.01x (MLP, chunks of 1); in chunks of 7 (K = 40, the last chunk
-    overlapping), FedAvg 1.09-1.11x, FedBuff 1.01-1.07x, FedLaAvg 1.00x, MIFA 0.99x (MLP),
-    and FedAvg 1.05x for logistic regression at K = 1000 in chunks of 59 (the 8 MiB budget's
-    then; FedAvg's figures measured while its round held the [K, P] deltas, before
-    :func:`fedjax_avail.cohort.map_cohort_sum`: its chunks of 1 are now within 20%,
-    ``tests/test_client_chunk.py``); above
+    overlapping), FedBuff 1.01-1.07x, FedLaAvg 1.00x, MIFA 0.99x (MLP); above
     in one ``vmap`` (1.3-2.0x for logistic regression and the MLP, whose members XLA trains
-    in fewer copies)."""
+    in fewer copies). FedAvg's members, summed as they finish, are counted apart
+    (:func:`estimate_memory`): its cohort terms against XLA:CPU's working set on one device
+    (C = 2, B = 5): 0.98-0.99x for LeNet-5 (K = 10 in one ``vmap`` and in chunks of 1; K = 40
+    in chunks of 4), 1.00x and 1.11x for the MLP in chunks of 1 and 7 (K = 40), 1.13x in one
+    ``vmap``, 0.99-1.00x for logistic regression (K = 1000 in chunks of 59, K = 100 in one
+    ``vmap``); with C = 1, whose single step XLA fuses, 1.24-1.51x (the MLP)."""
     example = sum(math.prod(np.shape(a)[1:]) for a in data.arrays.values())
     rows = {name: jax.ShapeDtypeStruct((batch, *np.shape(a)[1:]), np.dtype(a.dtype))
             for name, a in data.arrays.items()}
     activations = _layer_outputs(jax.make_jaxpr(task.loss)(params, rows).jaxpr, True)
     return ((_WORKING_COPIES + 1) * flat_size(params) + batch * example + activations) * 4
+
+
+def _windows_bytes(task: Task, params: Any, data: FederatedData, batch: int) -> int:
+    """Float32 bytes of the largest CPU convolution windows (a concatenate of rank >= 3:
+    :func:`fedjax_avail.tasks.conv_general_dilated`) in the loss on B rows; 0 without any.
+    The backward pass holds their gradient while it adds it back onto the layer's input."""
+    rows = {name: jax.ShapeDtypeStruct((batch, *np.shape(a)[1:]), np.dtype(a.dtype))
+            for name, a in data.arrays.items()}
+
+    def largest(jaxpr: Any) -> int:
+        sizes = [math.prod(eqn.outvars[0].aval.shape) for eqn in jaxpr.eqns
+                 if eqn.primitive.name == "concatenate" and eqn.outvars[0].aval.ndim >= 3]
+        sizes += [largest(sub) for eqn in jaxpr.eqns for sub in _sub_jaxprs(eqn.params.values())]
+        return max(sizes, default=0)
+
+    return 4 * largest(jax.make_jaxpr(task.loss)(params, rows).jaxpr)
 
 
 def client_chunks(
