@@ -41,6 +41,13 @@ def _versus_pfl(shape: dict, d: dict) -> str:
                if k.startswith("ours") and isinstance(shape[k], dict)
                and shape[k].get("s_per_round"))
     default = shape["ours_default"]["s_per_round"]
+    pairs = shape["ratios"].get("pfl_over_ours_default_each_pair")
+    if pairs:  # alternating runs of each: the median run of each, the median pair's ratio
+        ratio = shape["ratios"]["pfl_over_ours_default"]
+        return (f"{default:.3g} s / {pfl:.3g} s (simulate's defaults; medians of {len(pairs)} "
+                f"alternating runs; ours {ratio:.2f}x faster, the median of the pairs "
+                f"{', '.join(f'{r:.2f}x' for r in pairs)}; our best layout {best:.3g} s; "
+                f"{_machine(d)})")
     return (f"{default:.3g} s / {pfl:.3g} s (simulate's defaults; {_relation(default, pfl)}; "
             f"our best layout {best:.3g} s; {_machine(d)})")
 
