@@ -114,39 +114,53 @@ def local_sgd(
     """
     arrays, rows = _cohort_rows(problem, clients, key, steps, batch_size, batch_ids)
     dtype = jnp.result_type(*jax.tree.leaves(params))  # the flat vector's (ravel_pytree's)
-    proximal = not (isinstance(mu, (int, float)) and mu == 0)  # a static 0: plain SGD
+    static_zero = isinstance(mu, (int, float)) and mu == 0  # plain SGD (a traced mu: not)
 
     def loss(x, batch_rows):  # x: the model's pytree, each leaf in the flat vector's dtype
         batch = {name: a[batch_rows] for name, a in arrays.items()}
         model = jax.tree.map(lambda v, like: v.astype(jnp.result_type(like)), x, params)
         return problem.task.loss(model, batch)
 
-    def trained(start, member_rows):  # start: the member's model as a pytree; rows [C, B]
+    def trained(start, member_rows, proximal=True):  # start: a model pytree; rows [C, B]
         def sgd_step(x, batch_rows):
             grad = jax.grad(loss)(x, batch_rows)
             if proximal:
                 grad = jax.tree.map(lambda g, v, v0: g + mu * (v - v0), grad, x, start)
             return jax.tree.map(lambda v, g: v - lr * g, x, grad), None
 
-        x, _ = jax.lax.scan(sgd_step, start, member_rows)
-        return jax.tree.map(jnp.subtract, x, start)  # u_k, leaf by leaf
+        return jax.lax.scan(sgd_step, start, member_rows)[0]
 
-    # The steps carry the model as a pytree, not as the flat [P] vector, and the deltas stay
-    # pytrees until they are stacked or summed: slicing the leaves out of a flat start and
-    # concatenating each member's model back cost copies of the model a step (14 % of a
-    # step of pfl's CIFAR-10 CNN on a CPU; benchmarks/README.md), then a member. A static
-    # mu = 0 drops the proximal term (0 (x - x0) still reads x0 a step). The same float
-    # operations on the same values, so the deltas are unchanged.
-    if starts is None:  # every member from the global model, closed over (not [K, P])
-        start = jax.tree.map(lambda v: jnp.asarray(v, dtype), params)
-        member, args = (lambda r: trained(start, r)), (rows,)
+    # The steps carry the model as a pytree, not as the flat [P] vector: slicing the leaves
+    # out of it and concatenating the gradient back cost 2 copies of the model a step (14 %
+    # of a step of pfl's CIFAR-10 CNN on a CPU; benchmarks/README.md). Members of the global
+    # model start from it, closed over, and keep their deltas as pytrees until they are summed
+    # or stacked: a round of that CNN took 0.99x the time of one splitting a flat start and
+    # concatenating a delta per member, with the same models
+    # (benchmarks/results/before_after_issue36_pytree_members_pfl_cnn.json). From the global
+    # model a static mu = 0 drops the proximal term (0 (x - x0) read x0 every step: that
+    # round 1.04-1.06x, FedAvg on MNIST 1.04-1.07x); a stale job keeps it (without it XLA
+    # compiled FedAsync's MLP update, its start row gathered from the model store, to
+    # 1.08x the time). The same float operations on the same values (0 (x - x0) adds 0), so
+    # the deltas are unchanged.
+    def from_global(member_rows):  # u_k as a pytree
+        x = trained(start, member_rows, proximal=not static_zero)
+        return jax.tree.map(jnp.subtract, x, start)
+
+    def from_own(member_start, member_rows):  # a stale job from its start row [P]: u_k [P]
+        return ravel_pytree(trained(_split(member_start, params), member_rows))[0] - member_start
+
+    if starts is None:
+        start = jax.tree.map(lambda v: jnp.asarray(v, dtype), params)  # shared, not [K, P]
+        member, args = from_global, (rows,)
     else:
-        member, args = (lambda s, r: trained(_split(s, params), r)), (starts, rows)
-    if weights is None:
-        return cohort_lib.map_cohort(lambda *a: ravel_pytree(member(*a))[0], *args,
+        member, args = from_own, (starts, rows)
+    if weights is not None:
+        total = cohort_lib.map_cohort_sum(member, weights, *args, chunk=problem.client_chunk)
+        return ravel_pytree(total)[0]
+    if starts is None:
+        return cohort_lib.map_cohort(lambda r: ravel_pytree(from_global(r))[0], rows,
                                      chunk=problem.client_chunk)
-    total = cohort_lib.map_cohort_sum(member, weights, *args, chunk=problem.client_chunk)
-    return ravel_pytree(total)[0]
+    return cohort_lib.map_cohort(from_own, starts, rows, chunk=problem.client_chunk)
 
 
 def local_gradients(
