@@ -7,9 +7,9 @@ the 784-200-200-10 MLP at K = 40, each trained in explicit chunks of members
 (``client_chunk=c``) and in ``"auto"``'s, with ``simulate``'s default mesh (on a CPU, the cohort
 over the cores: ``fa.mesh.auto_mesh``) and on one device (``mesh=None``). Each row records
 s/round (compile excluded, best of ``--repeats`` after a warm-up run), the chunk in members and
-in bytes of members' working sets (one member's ``cohort_working_set`` and update,
-``fa.estimate_memory``'s terms at ``client_chunk=1``, as the budget counts them), and its time
-over the same layout's best chunk.
+in bytes of members' working sets (one member's working set and update as the budget counts
+them, ``fedjax_avail.memory._member_bytes``: what ``"auto"`` divides it by), and its time over
+the same layout's best chunk.
 
 Usage::
 
@@ -29,7 +29,6 @@ from cohort_chunks import _task
 from scaling import _images, _time
 
 import fedjax_avail as fa
-from fedjax_avail.local import flat_size
 
 OUT = Path(__file__).resolve().parent / "results" / "chunk_budget.json"
 C, B = 10, 5
@@ -72,9 +71,7 @@ def main(argv: list[str] | None = None) -> dict:
         algorithm = fa.algorithms.FedAvg(clients_per_round=k, local_steps=C, batch_size=B,
                                          client_lr=0.01)
         # one member's working set in training and its update, as the budget counts them
-        # (FedAvg's estimate in chunks of 1: the device's sum and one member)
-        terms = fa.estimate_memory(task, fd, algorithm, client_chunk=1, mesh=None).terms
-        member = terms["cohort_working_set"] - 4 * flat_size(task.init(jax.random.PRNGKey(0)))
+        member = fa.memory._member_bytes(task, task.init(jax.random.PRNGKey(0)), fd, B)
         rounds = max(2, round(args.rounds * share))
         for layout, mesh in LAYOUTS.items():
             timed = []

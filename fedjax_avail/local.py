@@ -100,7 +100,8 @@ def local_sgd(
       steps: C, local steps (static).
       batch_size: B (static).
       lr: client learning rate.
-      mu: proximal coefficient (0 is plain local SGD); the anchor is the member's start.
+      mu: proximal coefficient (0 is plain local SGD); the anchor is the member's start. A
+        Python 0 drops the term from members of the global model; a traced 0 adds it.
       starts: optional ``[K, P]`` flat start models, one per member (stale asynchronous jobs).
       batch_ids: optional ``[K]`` ints that key each member's batches instead of its client
         index (a client with two jobs in one step draws two different batches).
@@ -109,11 +110,11 @@ def local_sgd(
         never held when the cohort trains in chunks).
 
     Returns:
-      ``[K, P]`` float32 deltas ``u_k = x_k^C - x_k^0``, flattened with ``ravel_pytree``; with
-      ``weights``, ``[P]`` their weighted sum.
+      ``[K, P]`` deltas ``u_k = x_k^C - x_k^0``, flattened with ``ravel_pytree`` (its dtype:
+      float32 for a float32 model); with ``weights``, ``[P]`` their weighted sum.
     """
     arrays, rows = _cohort_rows(problem, clients, key, steps, batch_size, batch_ids)
-    dtype = jnp.result_type(*jax.tree.leaves(params))  # the flat vector's (ravel_pytree's)
+    dtype = jax.eval_shape(lambda p: ravel_pytree(p)[0], params).dtype  # the flat vector's
     static_zero = isinstance(mu, (int, float)) and mu == 0  # plain SGD (a traced mu: not)
 
     def loss(x, batch_rows):  # x: the model's pytree, each leaf in the flat vector's dtype
@@ -133,15 +134,16 @@ def local_sgd(
     # The steps carry the model as a pytree, not as the flat [P] vector: slicing the leaves
     # out of it and concatenating the gradient back cost 2 copies of the model a step (14 %
     # of a step of pfl's CIFAR-10 CNN on a CPU; benchmarks/README.md). Members of the global
-    # model start from it, closed over, and keep their deltas as pytrees until they are summed
-    # or stacked: a round of that CNN took 0.99x the time of one splitting a flat start and
+    # model start from it, closed over, and keep their deltas as pytrees until FedAvg's sum
+    # adds them leaf by leaf (or they are raveled into the member's row of the [K, P] stack):
+    # a round of that CNN took 0.99x the time of one splitting a flat start out and
     # concatenating a delta per member, with the same models
     # (benchmarks/results/before_after_issue36_pytree_members_pfl_cnn.json). From the global
     # model a static mu = 0 drops the proximal term (0 (x - x0) read x0 every step: that
     # round 1.04-1.06x, FedAvg on MNIST 1.04-1.07x); a stale job keeps it (without it XLA
     # compiled FedAsync's MLP update, its start row gathered from the model store, to
-    # 1.08x the time). The same float operations on the same values (0 (x - x0) adds 0), so
-    # the deltas are unchanged.
+    # 1.08x the time). The deltas are equal to the term's for finite models (0 (x - x0)
+    # adds a zero).
     def from_global(member_rows):  # u_k as a pytree
         x = trained(start, member_rows, proximal=not static_zero)
         return jax.tree.map(jnp.subtract, x, start)

@@ -18,11 +18,11 @@ holds beyond those buffers (XLA reuses them): the stack of all K deltas and, for
 trained at once (``client_chunk`` of them when set, on each of a ``"cohort"`` mesh axis's D
 devices, the cohort padded to D shares), three P-sized vectors (local model, its
 start, gradient), one batch of B examples as float32 and the model's activations for that batch
-(:func:`_layer_outputs`), and an asynchronous update's ``[K, P]`` start models (for FedAvg: a
-sum a device and, for each client trained at once, its local model and gradient, the batch,
-the activations and a CPU convolution's largest windows once more, their gradient:
-:func:`_windows_bytes`; its members start from the server's model and add their deltas to
-the sum as they form them); and,
+(:func:`_layer_outputs`), and an asynchronous update's ``[K, P]`` start models; for FedAvg
+instead, a sum a device and, for each client trained at once, its local model and gradient
+(its members start from the server's model and add their deltas to the sum as they form
+them), the batch, the activations and a CPU convolution's largest windows once more, their
+gradient (:func:`_windows_bytes`); and,
 when the selection strategy reads clients' full-batch losses or gradients
 (:func:`fedjax_avail.local.full_batch`: Power-of-Choice's d candidates each round; DivFL's,
 SubTrunc's and UnionFL's pass over all N before round 0, in chunks of ``ALL_CLIENTS_CHUNK``,
@@ -246,8 +246,10 @@ def estimate_memory(
     else:  # summed as the members finish: a sum a device, and each member's model and
         # gradient (it starts from the server's model; its delta goes into the sum as it is
         # formed) and, on a CPU, its largest convolution windows once more (their gradient)
-        streamed = member - 2 * num_params * 4 + _windows_bytes(task, params, data,
-                                                                footprint.batch_size)
+        # (a member of a user's algorithm that starts from its own row splits that out too)
+        starts_copy = 1 if footprint.starts else 2
+        streamed = member - starts_copy * num_params * 4 + _windows_bytes(
+            task, params, data, footprint.batch_size, whole_batch=devices == 1)
         training = (devices + footprint.starts * devices * share) * num_params * 4 + (
             in_flight * streamed)
     updates = footprint.copies * cohort * num_params * 4
@@ -357,26 +359,37 @@ def _member_bytes(task: Task, params: Any, data: FederatedData, batch: int) -> i
     ``vmap``, 0.99-1.00x for logistic regression (K = 1000 in chunks of 59, K = 100 in one
     ``vmap``); with C = 1, whose single step XLA fuses, 1.24-1.51x (the MLP)."""
     example = sum(math.prod(np.shape(a)[1:]) for a in data.arrays.values())
-    rows = {name: jax.ShapeDtypeStruct((batch, *np.shape(a)[1:]), np.dtype(a.dtype))
-            for name, a in data.arrays.items()}
-    activations = _layer_outputs(jax.make_jaxpr(task.loss)(params, rows).jaxpr, True)
+    activations = _layer_outputs(_loss_jaxpr(task, params, data, batch), True)
     return ((_WORKING_COPIES + 1) * flat_size(params) + batch * example + activations) * 4
 
 
-def _windows_bytes(task: Task, params: Any, data: FederatedData, batch: int) -> int:
+def _windows_bytes(task: Task, params: Any, data: FederatedData, batch: int, *,
+                   whole_batch: bool) -> int:
     """Float32 bytes of the largest CPU convolution windows (a concatenate of rank >= 3:
     :func:`fedjax_avail.tasks.conv_general_dilated`) in the loss on B rows; 0 without any.
-    The backward pass holds their gradient while it adds it back onto the layer's input."""
-    rows = {name: jax.ShapeDtypeStruct((batch, *np.shape(a)[1:]), np.dtype(a.dtype))
-            for name, a in data.arrays.items()}
-
+    The backward pass holds their gradient while it adds it back onto the layer's input: a
+    group's where a batch is convolved a group of images at a time (``lax.map``) under a
+    mesh of several devices, the whole batch's on one device (``whole_batch``: its gradient
+    is one product's). Counted for FedAvg's streamed members; the other algorithms' members
+    are counted with their start and delta (4 P), calibrated on MLPs and LeNet-5's
+    (:func:`_member_bytes`)."""
     def largest(jaxpr: Any) -> int:
         sizes = [math.prod(eqn.outvars[0].aval.shape) for eqn in jaxpr.eqns
                  if eqn.primitive.name == "concatenate" and eqn.outvars[0].aval.ndim >= 3]
-        sizes += [largest(sub) for eqn in jaxpr.eqns for sub in _sub_jaxprs(eqn.params.values())]
+        for eqn in jaxpr.eqns:
+            loops = eqn.params.get("length", 1) if whole_batch and eqn.primitive.name == "scan" \
+                else 1
+            sizes += [loops * largest(sub) for sub in _sub_jaxprs(eqn.params.values())]
         return max(sizes, default=0)
 
-    return 4 * largest(jax.make_jaxpr(task.loss)(params, rows).jaxpr)
+    return 4 * largest(_loss_jaxpr(task, params, data, batch))
+
+
+def _loss_jaxpr(task: Task, params: Any, data: FederatedData, batch: int) -> Any:
+    """The jaxpr of ``task.loss`` on a batch of B rows of ``data``'s arrays (shapes only)."""
+    rows = {name: jax.ShapeDtypeStruct((batch, *np.shape(a)[1:]), np.dtype(a.dtype))
+            for name, a in data.arrays.items()}
+    return jax.make_jaxpr(task.loss)(params, rows).jaxpr
 
 
 def client_chunks(

@@ -361,6 +361,45 @@ def test_fedavg_s_streamed_mean_matches_the_mean_of_its_members_deltas():
                                rtol=1e-5, atol=1e-7)
 
 
+def test_local_sgd_trains_a_mixed_dtype_model_in_the_flat_vectors_dtype():
+    # a bfloat16 weight beside a weakly typed float bias: ravel_pytree's flat vector (and the
+    # SGD state) is float32, where jnp.result_type of the leaves would say bfloat16
+    from jax.flatten_util import ravel_pytree
+
+    from fedjax_avail.local import Problem, local_sgd
+
+    params = {"w": jnp.asarray([0.5, -1.0, 2.0], jnp.bfloat16), "b": jnp.asarray(0.25)}
+
+    def loss(model, batch):
+        return jnp.mean((batch["x"] @ model["w"].astype(jnp.float32) + model["b"]
+                         - batch["y"]) ** 2)
+
+    task = fa.Task(init=lambda key: params, loss=loss)
+    x = np.asarray([[1.0, 2.0, 3.0], [0.5, -1.0, 1.5]], np.float32)
+    y = np.asarray([1.0, -2.0], np.float32)
+    fd = fa.FederatedData.from_arrays({"x": x, "y": y}, np.arange(2), num_clients=2)
+    clients = jnp.asarray([0, 1], jnp.int32)
+    for mu in (0.0, np.float32(0.0), 0.1):
+        deltas = local_sgd(Problem(task, fd), params, clients, jax.random.PRNGKey(0), steps=3,
+                           batch_size=1, lr=0.05, mu=mu)
+        assert deltas.dtype == ravel_pytree(params)[0].dtype == jnp.float32, mu
+        def bf16(v):  # rounded to bfloat16 and back
+            return np.asarray(jnp.asarray(v, jnp.bfloat16), np.float32)
+
+        for k in range(2):  # float32 SGD on the client's one row; w (and so its gradient, the
+            # cast's transpose) passes through bfloat16
+            w, b = np.asarray(params["w"], np.float32), np.float32(params["b"])
+            w0, b0 = w.copy(), b
+            for _ in range(3):
+                r = np.float32(x[k] @ bf16(w) + b - y[k])
+                gw = bf16(2 * r * x[k]) + float(mu) * (w - w0)
+                gb = 2 * r + float(mu) * (b - b0)
+                w, b = w - np.float32(0.05) * gw, b - np.float32(0.05) * gb
+            # ravel_pytree's order: the leaves sorted by key ("b", then "w")
+            np.testing.assert_allclose(deltas[k], np.concatenate([[b - b0], w - w0]),
+                                       rtol=1e-5, atol=1e-6)
+
+
 def test_the_cohort_sum_of_bfloat16_results_is_summed_in_float32():
     # as jnp.tensordot(weights, results) promotes: a weight of 257 is not rounded to 256
     weights = jnp.asarray([257.0, 1.0, 3.0], jnp.float32)
