@@ -140,10 +140,11 @@ def local_sgd(
     # concatenating a delta per member, with the same models
     # (benchmarks/results/before_after_issue36_pytree_members_pfl_cnn.json). From the global
     # model a static mu = 0 drops the proximal term (0 (x - x0) read x0 every step: that
-    # round 1.04-1.06x, FedAvg on MNIST 1.04-1.07x); a stale job keeps it (without it XLA
-    # compiled FedAsync's MLP update, its start row gathered from the model store, to
-    # 1.08x the time). The deltas are equal to the term's for finite models (0 (x - x0)
-    # adds a zero).
+    # round took 1.06x, before_after_issue36_variant_zero_proximal_term.json); a stale job
+    # keeps it (without it XLA compiled FedAsync's MLP update, its start row gathered from
+    # the model store, to 1.06x the time, 1.10x of the best runs:
+    # before_after_issue36_variant_stale_jobs_without_proximal_term.json). The deltas are
+    # equal to the term's for finite models (0 (x - x0) adds a zero).
     def from_global(member_rows):  # u_k as a pytree
         x = trained(start, member_rows, proximal=not static_zero)
         return jax.tree.map(jnp.subtract, x, start)
