@@ -243,8 +243,8 @@ def cifar10_workload(args: argparse.Namespace) -> dict[str, Any]:
 
     ``simulate``'s defaults and pfl run ``--cifar-pairs`` times, alternating (ours, then pfl,
     then ours...), each in a fresh process, so that a slow phase of the machine falls on both:
-    pfl's round time moved from 1.73 s to 2.21 s between two runs on one day, and ours' by up
-    to 12% between processes. ``ours_default`` and ``pfl`` are the runs with the median time
+    pfl's round time moved from 1.34 s to 2.26 s in two runs on one day, and ours' by up
+    to 14% between processes. ``ours_default`` and ``pfl`` are the runs with the median time
     of their system; the target is judged on the median of the pairs' ratios
     (``ratios["pfl_over_ours_default"]``)."""
     fd = cifar10_data()  # 50,000 images, 614 MB: built once for ours' layouts
