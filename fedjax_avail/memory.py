@@ -40,9 +40,12 @@ device holds a copy of each array (the test set too on a mesh with a ``"clients"
 one without, the evaluations run on the first device, which holds its one copy), or its part
 of one split over a ``"clients"`` axis; over a ``"cohort"`` axis each device trains its share
 of the cohort, and the devices of the other axes each train the whole cohort
-(:func:`estimate_memory`'s ``mesh``). Against XLA:CPU over 2 devices
+(:func:`estimate_memory`'s ``mesh``); there a CPU convolution's windows built a group of images
+at a time count once, a group's (:func:`_layer_outputs`). Against XLA:CPU over 2 devices
 (``tests/test_sharding.py``) this is within 10% for
-Power-of-Choice's and FedLaAvg's rounds on either axis.
+Power-of-Choice's and FedLaAvg's rounds on either axis; for LeNet-5's FedAvg round at B = 50
+(a member at a time on each device, ``tests/test_conv.py``) 1.07x (2.13x with the whole
+batch's windows counted).
 """
 
 from __future__ import annotations
@@ -239,7 +242,8 @@ def estimate_memory(
     devices = cohort_devices(mesh)
     share = -(-cohort // devices)
     in_flight = devices * min(share, train_chunk or share)
-    member = _member_bytes(task, params, data, footprint.batch_size)
+    kept = _windows_kept(mesh)
+    member = _member_bytes(task, params, data, footprint.batch_size, windows_kept=kept)
     if footprint.copies:  # the [K, P] results, each member's written into them
         training = (1 + footprint.starts) * devices * share * num_params * 4 + in_flight * (
             member - num_params * 4)
@@ -249,7 +253,7 @@ def estimate_memory(
         # (a member of a user's algorithm that starts from its own row splits that out too)
         starts_copy = 1 if footprint.starts else 2
         streamed = member - starts_copy * num_params * 4 + _windows_bytes(
-            task, params, data, footprint.batch_size, whole_batch=devices == 1)
+            task, params, data, footprint.batch_size, windows_kept=kept)
         training = (devices + footprint.starts * devices * share) * num_params * 4 + (
             in_flight * streamed)
     updates = footprint.copies * cohort * num_params * 4
@@ -340,7 +344,8 @@ def _shaped_params(task: Task) -> tuple[Any, Any]:
     return key, jax.eval_shape(task.init, key)
 
 
-def _member_bytes(task: Task, params: Any, data: FederatedData, batch: int) -> int:
+def _member_bytes(task: Task, params: Any, data: FederatedData, batch: int, *,
+                  windows_kept: bool = True) -> int:
     """Bytes one cohort member's local training holds, its delta included: ``_WORKING_COPIES``
     + 1 P-sized float32 vectors, one batch of B examples as float32 and the model's activations
     for it (:func:`_layer_outputs` of the loss traced on B rows, as training calls it; once:
@@ -359,25 +364,26 @@ def _member_bytes(task: Task, params: Any, data: FederatedData, batch: int) -> i
     ``vmap``, 0.99-1.00x for logistic regression (K = 1000 in chunks of 59, K = 100 in one
     ``vmap``); with C = 1, whose single step XLA fuses, 1.24-1.51x (the MLP)."""
     example = sum(math.prod(np.shape(a)[1:]) for a in data.arrays.values())
-    activations = _layer_outputs(_loss_jaxpr(task, params, data, batch), True)
+    activations = _layer_outputs(_loss_jaxpr(task, params, data, batch), True,
+                                 windows_kept=windows_kept)
     return ((_WORKING_COPIES + 1) * flat_size(params) + batch * example + activations) * 4
 
 
 def _windows_bytes(task: Task, params: Any, data: FederatedData, batch: int, *,
-                   whole_batch: bool) -> int:
+                   windows_kept: bool) -> int:
     """Float32 bytes of the largest CPU convolution windows (a concatenate of rank >= 3:
     :func:`fedjax_avail.tasks.conv_general_dilated`) in the loss on B rows; 0 without any.
     The backward pass holds their gradient while it adds it back onto the layer's input: a
     group's where a batch is convolved a group of images at a time (``lax.map``) under a
-    mesh of several devices, the whole batch's on one device (``whole_batch``: its gradient
-    is one product's). Counted for FedAvg's streamed members; the other algorithms' members
-    are counted with their start and delta (4 P), calibrated on MLPs and LeNet-5's
-    (:func:`_member_bytes`)."""
+    mesh of several devices, the whole batch's on one device (``windows_kept``: its gradient
+    is one product's: :func:`_windows_kept`). Counted for FedAvg's streamed members; the
+    other algorithms' members are counted with their start and delta (4 P), calibrated on
+    MLPs and LeNet-5's (:func:`_member_bytes`)."""
     def largest(jaxpr: Any) -> int:
         sizes = [math.prod(eqn.outvars[0].aval.shape) for eqn in jaxpr.eqns
                  if eqn.primitive.name == "concatenate" and eqn.outvars[0].aval.ndim >= 3]
         for eqn in jaxpr.eqns:
-            loops = eqn.params.get("length", 1) if whole_batch and eqn.primitive.name == "scan" \
+            loops = eqn.params.get("length", 1) if windows_kept and eqn.primitive.name == "scan" \
                 else 1
             sizes += [loops * largest(sub) for sub in _sub_jaxprs(eqn.params.values())]
         return max(sizes, default=0)
@@ -425,8 +431,8 @@ def client_chunks(
     if (backend or _platform(mesh)) != "cpu":
         return None, None
     footprint = algorithm.footprint(data.num_clients)
-    member = _member_bytes(task, _shaped_params(task)[1], data,
-                           footprint.batch_size) * runs_at_once
+    member = _member_bytes(task, _shaped_params(task)[1], data, footprint.batch_size,
+                           windows_kept=_windows_kept(mesh)) * runs_at_once
     most = max(1, CPU_CHUNK_BYTES // member)
     devices = cohort_devices(mesh)
     if most >= -(-footprint.largest // devices):
@@ -501,22 +507,35 @@ def full_batch_bytes(
     return int(peak)
 
 
-def _layer_outputs(jaxpr: Any, every_step: bool) -> int:
+def _layer_outputs(jaxpr: Any, every_step: bool, *, windows_kept: bool = True) -> int:
     """Elements of the activations of ``jaxpr``: the outputs of its matmuls, convolutions (and
     the windows of a CPU convolution, ``_LAYER_OPS``), gathers (embedding lookups) and scans (a
     recurrent layer's outputs), sub-jaxprs too; a
-    ``scan`` body's once per step if ``every_step`` (what the gradient keeps), else once."""
-    total = 0
+    ``scan`` body's once per step if ``every_step`` (what the gradient keeps), else once. Not
+    ``windows_kept`` (a program under a mesh of several devices, whose grouped CPU convolution
+    builds each group's windows again in the backward pass: :mod:`fedjax_avail.tasks._conv`),
+    the windows in a ``scan`` body once: one group's at a time."""
+    return sum(_outputs_and_windows(jaxpr, every_step, windows_kept))
+
+
+def _outputs_and_windows(jaxpr: Any, every_step: bool, windows_kept: bool) -> tuple[int, int]:
+    """:func:`_layer_outputs`'s count as ``(layer outputs, convolution windows)``."""
+    outputs = windows = 0
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
+        size = sum(math.prod(v.aval.shape) for v in eqn.outvars)
         # a concatenate of rank >= 3 is a CPU convolution's windows (fedjax_avail.tasks.
         # conv_general_dilated); an LSTM's concatenates are of rank 1 and 2
-        if name in _LAYER_OPS or (name == "concatenate" and eqn.outvars[0].aval.ndim >= 3):
-            total += sum(math.prod(v.aval.shape) for v in eqn.outvars)
+        if name == "concatenate" and eqn.outvars[0].aval.ndim >= 3:
+            windows += size
+        elif name in _LAYER_OPS:
+            outputs += size
         steps = eqn.params.get("length", 1) if every_step and name == "scan" else 1
-        total += steps * sum(_layer_outputs(sub, every_step)
-                             for sub in _sub_jaxprs(eqn.params.values()))
-    return total
+        for sub in _sub_jaxprs(eqn.params.values()):
+            sub_outputs, sub_windows = _outputs_and_windows(sub, every_step, windows_kept)
+            outputs += steps * sub_outputs
+            windows += (steps if windows_kept else 1) * sub_windows
+    return outputs, windows
 
 
 def _sub_jaxprs(values: Any) -> list[Any]:
@@ -549,6 +568,13 @@ def device_copies(mesh: Any) -> tuple[int, int, int]:
     shape = dict(mesh.shape)
     devices, clients = math.prod(shape.values()), shape.get(mesh_lib.CLIENTS, 1)
     return devices, devices // clients, clients
+
+
+def _windows_kept(mesh: Any) -> bool:
+    """Whether a grouped CPU convolution's gradient keeps the whole batch's windows: on one
+    device; under ``mesh`` of several devices its backward pass builds each group's again
+    (:mod:`fedjax_avail.tasks._conv`, whose test of it this mirrors)."""
+    return mesh is None or math.prod(dict(mesh.shape).values()) == 1
 
 
 def cohort_devices(mesh: Any) -> int:
