@@ -24,7 +24,12 @@ training loss of 5000 images). ``fedbuff_<N>`` and ``kasync_<N>`` (e.g. ``fedbuf
 asynchronous updates on ``async_scaling.py``'s data (N clients of 10 random 8x8 images, 64x10
 logistic regression): FedBuff (K = 10, Q = 5, B = 5) and K-async SGD (K = 10, B = 4) on the
 event clock (Exponential(1) job times, M = 100 jobs in flight, H = 64), availability
-Bernoulli(0.5).
+Bernoulli(0.5). ``fedlaavg_<N>`` (e.g. ``fedlaavg_1e5``): FedLaAvg on ``scaling.py``'s data
+(N clients of MNIST-shaped random images, max(60000, 2N) rows, logistic regression, K = 100,
+C = 10, B = 5, Bernoulli(0.5)), its [N, P] table in float32.
+
+Besides ``s_per_round``, each run's ``total_s`` (the whole ``simulate`` call: planning and
+placing the state, compilation and evaluation included) is recorded.
 
 Usage::
 
@@ -73,6 +78,17 @@ if algorithm_name.startswith(("fedbuff_", "kasync_")):  # async_scaling.py's wor
                  fa.algorithms.KAsyncSGD(clients_per_round=10, batch_size=4, **events))
     process = fa.availability.Bernoulli(0.5)
     task = fa.tasks.logistic_regression(64, 10)
+elif algorithm_name.startswith("fedlaavg_"):  # scaling.py's data at N clients
+    n = int(float(algorithm_name.split("_")[1]))
+    rows = max(60_000, 2 * n)
+    rng = np.random.default_rng(0)
+    fd = fa.FederatedData.from_arrays(
+        {"x": rng.integers(0, 256, (rows, 28, 28), dtype=np.uint8),
+         "y": rng.integers(0, 10, rows)}, np.arange(rows) % n, num_clients=n)
+    algorithm = fa.algorithms.FedLaAvg(clients_per_round=100, local_steps=10, batch_size=5,
+                                       client_lr=0.01, table_dtype="float32")
+    process = fa.availability.Bernoulli(0.5)
+    task = fa.tasks.logistic_regression(784, 10)
 elif algorithm_name == "fedavg_pfl_cnn":  # peer_comparison.py's CIFAR-10 shape, that tree's
     import os
     sys.path.insert(0, os.path.join(os.environ["PYTHONPATH"], "benchmarks"))
@@ -112,6 +128,7 @@ result = fa.simulate(task, fd, algorithm, process, rounds=rounds, seed=0, client
 np.save(params_out, np.asarray(ravel_pytree(result.params)[0]))
 print(json.dumps({"s_per_round": result.timing["s_per_round"],
                   "compile_s": result.timing["compile"],
+                  "total_s": result.timing["total"],
                   "working_set_bytes": result.memory.get("working_set"),
                   "final_train_loss": result.history.rows[-1]["train_loss"],
                   "module": fa.__file__}))
@@ -172,7 +189,9 @@ def main(argv: list[str] | None = None) -> dict:
                 r["s_per_round"] for r in values), "s_per_round_min": min(
                 r["s_per_round"] for r in values), "s_per_round": [
                     r["s_per_round"] for r in values], "compile_s_median": statistics.median(
-                        r["compile_s"] for r in values), "final_train_loss": values[0][
+                        r["compile_s"] for r in values), "total_s_median": statistics.median(
+                            r.get("total_s", float("nan")) for r in values), "total_s": [
+                                r.get("total_s") for r in values], "final_train_loss": values[0][
                             "final_train_loss"], "working_set_bytes": values[0][
                                 "working_set_bytes"]} for side, values in runs.items()}
             row["ratio_after_over_before"] = (row["after"]["s_per_round_median"]
@@ -190,7 +209,9 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"{algorithm}: before {row['before']['s_per_round_median'] * 1e3:.2f} ms, "
                   f"after {row['after']['s_per_round_median'] * 1e3:.2f} ms a round "
                   f"(ratio {row['ratio_after_over_before']:.3f}; of the best runs "
-                  f"{row['ratio_of_best']:.3f}; final models identical: "
+                  f"{row['ratio_of_best']:.3f}; whole call "
+                  f"{row['before']['total_s_median']:.2f} s before, "
+                  f"{row['after']['total_s_median']:.2f} s after; final models identical: "
                   f"{row['final_models_identical']})", flush=True)
     commit = None if args.ref_tree else subprocess.run(
         ["git", "rev-parse", args.ref], cwd=REPO_ROOT, check=True, capture_output=True,

@@ -4,8 +4,9 @@ In order, before anything is compiled: every argument and the data are checked
 (:mod:`fedjax_avail.inputs`); the runs of the call are aligned on a runs axis and its layout
 chosen (:mod:`fedjax_avail.runs`); the cohort's chunks are sized (:func:`fedjax_avail.memory.
 client_chunks`); the device memory is predicted and a run that cannot fit refused
-(:mod:`fedjax_avail.memory`). Then the state is built, each run's as a single run's, and
-placed on the devices with the data (:mod:`fedjax_avail.mesh`). The run's fingerprint for its
+(:mod:`fedjax_avail.memory`). Then the state is built, each run's as a single run's (under a
+mesh, the algorithm states on their devices), and placed there with the data
+(:mod:`fedjax_avail.mesh`). The run's fingerprint for its
 checkpoints (:func:`fedjax_avail.checkpoint.run_settings`) hashes the data, so it is taken only
 when a checkpoint asks for it (:attr:`Plan.fingerprint`): for pfl's CIFAR-10 shape (614 MB of
 images) it took 0.73 s, which every ``simulate`` call paid before.
@@ -125,7 +126,7 @@ def make_plan(task: Task, data: FederatedData, algorithm: Any, availability: Any
         mesh=mesh)
     if check_memory:
         memory.check_fits(estimate, available)
-    carry, keys = _initial_carry(task, data.num_clients, runs)
+    carry, keys = _initial_carry(task, data.num_clients, runs, mesh)
     fingerprint = functools.partial(
         run_settings, algorithm=runs.algorithms if runs.several else algorithm,
         availability=runs.processes if runs.several else runs.processes[0], task=task,
@@ -168,22 +169,42 @@ def _swept_values(runs: runs_lib.Runs, num_clients: int) -> dict[str, jax.Array]
     return {name: jnp.asarray(values) for name, values in hyper.items()}
 
 
-def _initial_carry(task: Task, num_clients: int, runs: runs_lib.Runs) -> tuple[Any, Any]:
+def _initial_carry(task: Task, num_clients: int, runs: runs_lib.Runs,
+                   mesh: Mesh | None) -> tuple[Any, Any]:
     """The scan carry and the random keys, each run's built as a single run's, then stacked on
-    a leading runs axis when ``runs.several``."""
-    def one(i, seed, alg, process):
+    a leading runs axis when ``runs.several``.
+
+    Under a mesh the algorithm states are built where they will live, by one compiled program
+    with the carry's shardings: a state built on one CPU device and placed copies it to each
+    other device (FedLaAvg's [N, P] table at N = 10^5, 3.1 GB: 7.1 s on the 2-core machine
+    measured, 10x a FedLaAvg run of 100 rounds there, against 0.7 s to build it in place:
+    ``benchmarks/results/before_after_issue36_state_built_in_place.json``)."""
+    def one(i, seed, process):
         keys = _keys.run_keys(seed)
-        params = task.init(keys.params)
         state = inputs.process_state(process, keys.availability_init, num_clients,
                                      f"availability[{i}]" if runs.several else "availability")
         cursor = Timeline.start(state, num_clients)
-        return (alg.init(params, num_clients), cursor, jnp.int32(HEALTHY)), keys
+        return task.init(keys.params), (cursor, jnp.int32(HEALTHY)), keys
 
-    built = [one(i, *run) for i, run in enumerate(zip(runs.seeds, runs.algorithms,
-                                                      runs.processes, strict=True))]
-    if not runs.several:
-        return built[0]
-    return jax.tree.map(lambda *leaves: jnp.stack(leaves), *built)
+    built = [one(i, seed, process) for i, (seed, process)
+             in enumerate(zip(runs.seeds, runs.processes, strict=True))]
+    params, rest, keys = ([run[part] for run in built] for part in range(3))
+
+    def stacked(trees: Any) -> Any:
+        return jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees) if runs.several \
+            else trees[0]
+
+    def algorithm_states(params: Any) -> Any:
+        return stacked([alg.init(p, num_clients) for alg, p in zip(runs.algorithms, params,
+                                                                     strict=True)])
+
+    if mesh is None:
+        states = algorithm_states(params)
+    else:
+        shardings = mesh_lib.client_shardings(jax.eval_shape(algorithm_states, params),
+                                              num_clients, mesh, int(runs.several))
+        states = jax.jit(algorithm_states, out_shardings=shardings)(params)
+    return (states, *stacked(rest)), stacked(keys)
 
 
 def _place(carry: Any, data: FederatedData, mesh: Mesh | None, several: bool
