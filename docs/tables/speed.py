@@ -124,7 +124,7 @@ def scaling_n() -> str:
         g = next((x for x in gpu[r["algorithm"]]["rows"]
                   if x["num_clients"] == r["num_clients"]), None)
         body.append([r["algorithm"], f"10^{len(str(r['num_clients'])) - 1}",
-                     r["table_dtype"] or "-", _ms(r["s_per_round"]),
+                     r["table_dtype"] or "-", str(r.get("devices", "-")), _ms(r["s_per_round"]),
                      _memory(r),
                      _ms(g["s_per_round"]) if g else "-",
                      _memory(g) + (f", {g['table_dtype']} table" if g["table_dtype"]
@@ -133,11 +133,14 @@ def scaling_n() -> str:
         for g in d["rows"]:
             if g["num_clients"] > 10**6:
                 body.append([a, f"10^{len(str(g['num_clients'])) - 1}", g["table_dtype"] or "-",
-                             "-", "-", _ms(g["s_per_round"]), _memory(g)])
-    return (table(["algorithm", "N", "table", "CPU per round", "CPU memory (measured / "
-                   "`estimate_memory`)", "GPU per round", "GPU memory (measured / estimate)"],
-                  body) + f"\n\nMNIST logistic regression, K = 100, C = 10, B = 5. CPU: "
-            f"{_machine(cpu)}; GPU: {_machine(gpu['fedavg'])}.")
+                             "-", "-", "-", _ms(g["s_per_round"]), _memory(g)])
+    return (table(["algorithm", "N", "table", "CPU devices", "CPU per round", "CPU memory "
+                   "(measured / `estimate_memory`)", "GPU per round",
+                   "GPU memory (measured / estimate)"], body)
+            + f"\n\nMNIST logistic regression, K = 100, C = 10, B = 5. CPU: `simulate`'s "
+            f"default `mesh=\"auto\"`, the cohort over the CPU devices (one a core), each "
+            f"holding a copy of the state (the memory is their total), or one device where "
+            f"that would not fit; {_machine(cpu)}; GPU: {_machine(gpu['fedavg'])}.")
 
 
 def cohort_chunks() -> str:
