@@ -514,12 +514,15 @@ def _layer_outputs(jaxpr: Any, every_step: bool, *, windows_kept: bool = True) -
     ``scan`` body's once per step if ``every_step`` (what the gradient keeps), else once. Not
     ``windows_kept`` (a program under a mesh of several devices, whose grouped CPU convolution
     builds each group's windows again in the backward pass: :mod:`fedjax_avail.tasks._conv`),
-    the windows in a ``scan`` body once: one group's at a time."""
+    the windows in a ``scan`` body inside a ``custom_vjp`` (the grouped convolution's loop over
+    its groups) once: one group's at a time; a scan of the model's own keeps every step's."""
     return sum(_outputs_and_windows(jaxpr, every_step, windows_kept))
 
 
-def _outputs_and_windows(jaxpr: Any, every_step: bool, windows_kept: bool) -> tuple[int, int]:
-    """:func:`_layer_outputs`'s count as ``(layer outputs, convolution windows)``."""
+def _outputs_and_windows(jaxpr: Any, every_step: bool, windows_kept: bool,
+                         grouped: bool = False) -> tuple[int, int]:
+    """:func:`_layer_outputs`'s count as ``(layer outputs, convolution windows)``; ``grouped``:
+    ``jaxpr`` is inside a ``custom_vjp`` call."""
     outputs = windows = 0
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
@@ -531,10 +534,12 @@ def _outputs_and_windows(jaxpr: Any, every_step: bool, windows_kept: bool) -> tu
         elif name in _LAYER_OPS:
             outputs += size
         steps = eqn.params.get("length", 1) if every_step and name == "scan" else 1
+        inside = grouped or "custom_vjp" in name
         for sub in _sub_jaxprs(eqn.params.values()):
-            sub_outputs, sub_windows = _outputs_and_windows(sub, every_step, windows_kept)
+            sub_outputs, sub_windows = _outputs_and_windows(sub, every_step, windows_kept,
+                                                            inside)
             outputs += steps * sub_outputs
-            windows += (steps if windows_kept else 1) * sub_windows
+            windows += (1 if inside and not windows_kept else steps) * sub_windows
     return outputs, windows
 
 

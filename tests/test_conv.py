@@ -410,3 +410,18 @@ def test_the_memory_estimate_counts_the_batchs_windows_when_grouped(monkeypatch)
             assert out + windows <= counted <= 2 * out + windows, (images, counted)
             group = windows * images // 4
             assert out + group <= per_core <= 2 * out + group, (images, per_core)
+
+
+def test_a_models_own_scan_keeps_every_steps_windows_under_any_mesh():
+    # only the grouped convolution's loop (inside its custom_vjp) rebuilds windows; a model's
+    # own scan over ungrouped convolutions keeps each step's for its backward pass
+    lhs, rhs = jnp.zeros((4, 7, 7, 3)), jnp.zeros((3, 3, 3, 3))
+
+    def body(x, _):
+        return _conv.conv_general_dilated(x, rhs, (1, 1), "SAME", dimension_numbers=NHWC), None
+
+    jaxpr = jax.make_jaxpr(lambda a: jax.lax.scan(body, a, None, length=3)[0])(lhs).jaxpr
+    kept = fa.memory._layer_outputs(jaxpr, True)
+    assert fa.memory._layer_outputs(jaxpr, True, windows_kept=False) == kept
+    if jax.default_backend() == "cpu":
+        assert kept >= 3 * 4 * 7 * 7 * 27  # every step's windows
