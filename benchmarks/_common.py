@@ -42,13 +42,30 @@ def default_data_dir() -> Path:
     return Path(env) if env else REPO_ROOT.parent / "shared" / "data" / "mnist"
 
 
+def cpu_model() -> dict[str, Any]:
+    """The CPU's model name and its vector extensions (Linux's ``/proc/cpuinfo``; empty
+    elsewhere): machines of one size differ (an AMD EPYC with AVX-512, an Intel Xeon with AMX,
+    an AVX2-only one), and XLA's and PyTorch's kernels with them."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    fields = dict(line.split(":", 1) for line in text.splitlines()[:40] if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    return {"cpu_model": fields.get("model name"),
+            "cpu_vector_extensions": sorted(f for f in flags
+                                            if f in ("avx2", "avx512f", "amx_tile", "amx_bf16"))}
+
+
 def machine_info() -> dict[str, Any]:
-    """Platform, CPU count and JAX version/backend/devices of this run."""
+    """Platform, CPU count and model and JAX version/backend/devices of this run."""
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
+        **cpu_model(),
         "jax_version": jax.__version__,
         "jax_backend": jax.default_backend(),
         "jax_devices": [str(d) for d in jax.devices()],

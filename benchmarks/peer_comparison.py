@@ -60,7 +60,7 @@ Usage::
 
     python benchmarks/peer_comparison.py [--rounds 200] [--repeats 2] [--loop-rounds 5]
         [--fedjax-rounds 20] [--flower-rounds 5] [--fedjax-python PY] [--flower-python PY]
-        [--fedjax-modern-site DIR] [--cifar-pairs 3]
+        [--fedjax-modern-site DIR] [--cifar-pairs 5]
         [--flower-cpus-per-client 1] [--partition PATH.npz] [--data-dir DIR]
         [--out benchmarks/results/peer_comparison.json] [--quick]
 """
@@ -486,7 +486,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="rounds of each of ours' runs on the CIFAR-10 shape")
     parser.add_argument("--cifar-pfl-rounds", type=int, default=3,
                         help="pfl rounds timed on the CIFAR-10 shape")
-    parser.add_argument("--cifar-pairs", type=int, default=3,
+    parser.add_argument("--cifar-pairs", type=int, default=5,
                         help="alternating runs of ours (simulate's defaults) and pfl on the "
                              "CIFAR-10 shape; the median pair's ratio is judged")
     parser.add_argument("--no-cifar", action="store_true",

@@ -20,8 +20,12 @@ def _machine(d: dict) -> str:
     m = d["machine"]
     if m["jax_backend"] == "gpu":
         where = m.get("jax_device_kind") or GPU_BY_DATE[d["date"][:10]]
-    else:
-        where = f"{m['cpu_count']}-core CPU"
+    else:  # the model where the run recorded it (benchmarks/_common.cpu_model)
+        model = (m.get("cpu_model") or "CPU").replace("(R)", "").replace("(TM)", "")
+        model = model.removesuffix(" Processor").strip()
+        names = {"avx512f": "AVX-512", "amx_tile": "AMX"}
+        extensions = ", ".join(names[e] for e in m.get("cpu_vector_extensions", ()) if e in names)
+        where = f"{m['cpu_count']}-core {model}" + (f" ({extensions})" if extensions else "")
     return f"{where}, JAX {m['jax_version']}, {d['date'][:10]}"
 
 
@@ -45,7 +49,7 @@ def _versus_pfl(shape: dict, d: dict) -> str:
     if pairs:  # alternating runs of each: the median run of each, the median pair's ratio
         ratio = shape["ratios"]["pfl_over_ours_default"]
         return (f"{default:.3g} s / {pfl:.3g} s (simulate's defaults; medians of {len(pairs)} "
-                f"alternating runs; ours {ratio:.2f}x faster, the median of the pairs "
+                f"alternating runs; {_relation(1.0, ratio)}, the median of the pairs "
                 f"{', '.join(f'{r:.2f}x' for r in pairs)}; our best layout {best:.3g} s; "
                 f"{_machine(d)})")
     return (f"{default:.3g} s / {pfl:.3g} s (simulate's defaults; {_relation(default, pfl)}; "
@@ -56,6 +60,7 @@ def speed_headline() -> str:
     """Ours against the peers and the runs axis, measured side by side on each machine."""
     gpu, cpu = _load("gpu/peer_comparison_gpu.json"), _load("peer_comparison.json")
     gpu_pfl = _load("gpu/peer_comparison_gpu_pfl.json")
+    other_cpu = _load("peer_comparison_intel_xeon.json")  # another 2-core machine's run
     cpu_pfl = cpu if cpu.get("cifar10_shape") else _load("peer_comparison_pfl.json")
     axis_gpu, axis_cpu = _load("gpu/run_axis_gpu.json"), _load("run_axis.json")
 
@@ -85,6 +90,8 @@ def speed_headline() -> str:
          f"{g_shape['ours']['s_per_round']:.3g} s / {g_shape['pfl']['s_per_round']:.3g} s "
          f"(ours {_times(g_shape['ratios']['pfl_over_ours'])} faster; {_machine(gpu_pfl)})",
          _versus_pfl(c_shape, cpu_pfl)],
+        ["the same on another 2-core CPU", "-",
+         _versus_pfl(other_cpu["cifar10_shape"], other_cpu)],
         ["8 seeds of `fedlaavg-mnist` in one program: wall time against one seed",
          f"{one_gpu[8]['wall_s'] / one_gpu[1]['wall_s']:.2f}x ({_machine(axis_gpu)})",
          f"{loop['8 seeds, loop']['x_one_seed_wall']:.2f}x ({_machine(axis_cpu)})"],
