@@ -189,7 +189,7 @@ def _initial_carry(task: Task, num_clients: int, runs: runs_lib.Runs,
 
     built = [one(i, seed, process) for i, (seed, process)
              in enumerate(zip(runs.seeds, runs.processes, strict=True))]
-    params, rest, keys = ([run[part] for run in built] for part in range(3))
+    params, rest, keys = zip(*built, strict=True)
 
     def stacked(trees: Any) -> Any:
         return jax.tree.map(lambda *leaves: jnp.stack(leaves), *trees) if runs.several \

@@ -187,6 +187,15 @@ def test_the_cohort_estimate_counts_a_convolutional_members_activations(batch, c
     assert abs(cohort - measured) <= 0.2 * measured, (terms, measured)
 
 
+def _on_two_devices(code: str) -> list[str]:
+    """The lines ``code`` prints in a fresh interpreter with two CPU devices."""
+    env = {k: v for k, v in os.environ.items() if k != fa.mesh.CPU_DEVICES_ENV}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**env, fa.mesh.CPU_DEVICES_ENV: "2"}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
 MESH_ESTIMATE = """
 import json
 import numpy as np
@@ -209,11 +218,7 @@ def test_the_cohort_estimate_counts_a_groups_windows_under_a_mesh_of_several_dev
     # LeNet-5, B = 50 over 2 devices, a member at a time on each: the batch's windows (6.9 MB
     # a member) are built a group of 10 images at a time in both passes; counted for the
     # whole batch, the estimate was 2.13x XLA:CPU's working set
-    env = {k: v for k, v in os.environ.items() if k != fa.mesh.CPU_DEVICES_ENV}
-    done = subprocess.run([sys.executable, "-c", MESH_ESTIMATE], capture_output=True,
-                          text=True, env={**env, fa.mesh.CPU_DEVICES_ENV: "2"}, timeout=300)
-    assert done.returncode == 0, done.stderr
-    estimated, measured = json.loads(done.stdout.splitlines()[-1])
+    estimated, measured = json.loads(_on_two_devices(MESH_ESTIMATE)[-1])
     assert abs(estimated - measured) <= 0.2 * measured, (estimated, measured)
 
 
@@ -264,11 +269,7 @@ for conv in (_conv.conv_general_dilated, jax.lax.conv_general_dilated,
 def test_gradients_are_grouped_under_a_mesh_of_several_devices():
     # simulate's CPU mesh (a device per core): the forward and backward passes in groups; one
     # device (of any mesh): one product's forward and backward passes when differentiated
-    env = {k: v for k, v in os.environ.items() if k != fa.mesh.CPU_DEVICES_ENV}
-    done = subprocess.run([sys.executable, "-c", GROUPED_LOOPS], capture_output=True,
-                          text=True, env={**env, fa.mesh.CPU_DEVICES_ENV: "2"}, timeout=300)
-    assert done.returncode == 0, done.stderr
-    first, *differences = done.stdout.splitlines()
+    first, *differences = _on_two_devices(GROUPED_LOOPS)
     assert first.split() == ["2", "0", "0", "2"]
     assert len(differences) == 3 and all(float(d) < 1e-5 for d in differences), differences
 
