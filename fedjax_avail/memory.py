@@ -378,14 +378,18 @@ def _windows_bytes(task: Task, params: Any, data: FederatedData, batch: int, *,
     mesh of several devices, the whole batch's on one device (``windows_kept``: its gradient
     is one product's: :func:`_windows_kept`). Counted for FedAvg's streamed members; the
     other algorithms' members are counted with their start and delta (4 P), calibrated on
-    MLPs and LeNet-5's (:func:`_member_bytes`)."""
-    def largest(jaxpr: Any) -> int:
+    MLPs and LeNet-5's (:func:`_member_bytes`). As in :func:`_layer_outputs`, only a scan
+    inside a ``custom_vjp`` (the grouped convolution's loop) is taken for a batch's groups; a
+    model's own scan differentiates one step's windows at a time."""
+    def largest(jaxpr: Any, grouped: bool = False) -> int:
         sizes = [math.prod(eqn.outvars[0].aval.shape) for eqn in jaxpr.eqns
                  if eqn.primitive.name == "concatenate" and eqn.outvars[0].aval.ndim >= 3]
         for eqn in jaxpr.eqns:
-            loops = eqn.params.get("length", 1) if windows_kept and eqn.primitive.name == "scan" \
+            name = eqn.primitive.name
+            inside = grouped or "custom_vjp" in name
+            loops = eqn.params.get("length", 1) if windows_kept and grouped and name == "scan" \
                 else 1
-            sizes += [loops * largest(sub) for sub in _sub_jaxprs(eqn.params.values())]
+            sizes += [loops * largest(sub, inside) for sub in _sub_jaxprs(eqn.params.values())]
         return max(sizes, default=0)
 
     return 4 * largest(_loss_jaxpr(task, params, data, batch))
