@@ -92,6 +92,14 @@ def matmul_flop_per_s(repeats: int = 20) -> float:
     return 2 * 2048**3 / best_seconds(jax.jit(lambda x: x @ x), a, repeats)
 
 
+def memory_bytes_per_s(megabytes: int = 512, repeats: int = 20) -> float:
+    """Bytes/s of one elementwise pass (read once, written once) over a float32 array of
+    ``megabytes`` MiB on the default device: this machine's practical memory bandwidth (a
+    GPU's HBM, a CPU's DRAM), measured in the same run."""
+    x = jnp.ones(megabytes * 2**20 // 4, jnp.float32)
+    return 2 * x.nbytes / best_seconds(jax.jit(lambda v: v * 1.0001), x, repeats)
+
+
 def write_json(path: str | Path, payload: dict[str, Any]) -> None:
     """Writes ``payload`` as indented JSON, atomically."""
     atomic_write_text(path, json.dumps(payload, indent=2) + "\n")

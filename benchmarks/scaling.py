@@ -9,7 +9,11 @@ Every part runs in one process, side by side (the machine's noise hits all rows 
   s/round, client steps/s (K C / s per round), and memory: the formula
   (:func:`fedjax_avail.estimate_memory`) against the device bytes the run held plus XLA's
   working set (``Result.memory["measured"]``), and the process's peak RSS.
-* ``k``: FedAvg at N = 10^4 for K = 10, 100, 1000.
+* ``k``: FedAvg at N = max(10^4, K) for K = 10, 100, 1000 (``--k-values``; on a GPU to 10^5),
+  each round against the time its bytes take at the memory bandwidth measured in the same run
+  (``_common.memory_bytes_per_s``): the batches its steps read (``floor_batches_s``) and
+  those with the members' models read and written every step (``floor_lockstep_s``, issue
+  36's GPU floor; :func:`round_floor_bytes`).
 * ``tasks``: logistic regression, MLP (784-200-200-10), LeNet-5 and the Sentiment140 LSTM
   (25 tokens, 25-d embedding, 2 x 16 units), FedAvg K = 100 (LSTM: K = 50), each with the
   cohort trained by one ``vmap`` (``client_chunk=None``), by sequential ``vmap`` s of 10
@@ -50,7 +54,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import best_seconds, machine_info, matmul_flop_per_s, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+from _common import best_seconds, machine_info, matmul_flop_per_s, memory_bytes_per_s, write_json  # noqa: I001 (benchmarks/ is on sys.path)
 
 import fedjax_avail as fa
 from fedjax_avail.local import flat_size
@@ -139,18 +143,44 @@ def part_n(args, record) -> None:
         del fd
 
 
+def round_floor_bytes(fd: fa.FederatedData, params: int, k: int) -> dict[str, int]:
+    """Bytes a FedAvg round of ``k`` members, ``C`` steps of ``B`` rows each, moves through
+    device memory: ``"batches"``, the rows of ``fd`` its client steps read (no schedule avoids
+    them), and ``"models_each_step"``, each member's ``params`` float32 parameters read and
+    written once a step, what a cohort trained in lockstep (a ``vmap`` over members whose models
+    outgrow the caches, as on a GPU) moves besides (issue 36's floor). A CPU trains members one
+    after another and keeps a member's model in its cache between steps."""
+    row = sum(jax.dtypes.canonicalize_dtype(a.dtype).itemsize * int(np.prod(a.shape[1:]))
+              for a in fd.arrays.values())
+    return {"batches": k * C * B * row, "models_each_step": k * C * 2 * 4 * params}
+
+
 def part_k(args, record) -> None:
     task = fa.tasks.logistic_regression(784, 10)
-    fd = _images(10_000)
+    params = flat_size(task.init(jax.random.PRNGKey(0)))
+    bandwidth = memory_bytes_per_s()
+    print(f"memory bandwidth (an elementwise pass over 512 MiB): {bandwidth / 1e9:.0f} GB/s",
+          flush=True)
     for k in args.k_values:
+        n = max(10_000, k)
+        fd = _images(n)
         algorithm = fa.algorithms.FedAvg(clients_per_round=k, local_steps=C, batch_size=B,
                                          client_lr=0.01)
         result = _time(task, fd, algorithm, args.rounds, args.repeats)
         spr = result.timing["s_per_round"]
-        record({"part": "k", "algorithm": "fedavg", "num_clients": 10_000, "k": k,
-                "s_per_round": spr, "client_steps_per_s": k * C / spr})
-        print(f"N=10000 K={k:>5} fedavg {spr * 1e3:8.2f} ms/round "
-              f"{k * C / spr:9.0f} client steps/s", flush=True)
+        floor = round_floor_bytes(fd, params, k)
+        batches_s = floor["batches"] / bandwidth
+        lockstep_s = batches_s + floor["models_each_step"] / bandwidth
+        record({"part": "k", "algorithm": "fedavg", "num_clients": n, "k": k,
+                "s_per_round": spr, "client_steps_per_s": k * C / spr,
+                "memory_bytes_per_s": bandwidth, "floor_bytes": floor,
+                "floor_batches_s": batches_s, "floor_lockstep_s": lockstep_s,
+                "devices": result.memory.get("devices")})
+        print(f"N={n:>6} K={k:>6} fedavg {spr * 1e3:8.2f} ms/round "
+              f"{k * C / spr:9.0f} client steps/s; at the memory bandwidth its batches take "
+              f"{batches_s * 1e3:.3f} ms ({spr / batches_s:.1f}x), with the models each step "
+              f"{lockstep_s * 1e3:.3f} ms ({spr / lockstep_s:.2f}x)", flush=True)
+        del fd, result
 
 
 def _tasks():
