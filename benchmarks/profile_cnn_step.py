@@ -2,19 +2,23 @@
 
 The shape of the engine's local training on ``peer_comparison.py``'s CIFAR-10 workload: K
 clients one after another (``lax.map``), each taking 5 SGD steps on batches of 10 images
-``[32, 32, 3]`` (``lax.scan``), pfl's ``simple_cnn`` with ``fa.tasks.conv_general_dilated``.
+``[32, 32, 3]`` (``lax.scan``), pfl's ``simple_cnn`` with ``fa.tasks.conv_general_dilated``;
+with ``--devices`` D > 1 (the default: this process's CPU devices, one a core, as
+``simulate``'s default mesh uses them) the clients are split over D devices, each training its
+share one client at a time.
 Each pooling (``--pools``: ``flax`` is ``nn.max_pool``, ``ours`` is ``fa.tasks.max_pool``) is
 compiled once and timed ``--repeats`` times, the variants alternating so a noisy machine's slow
 phases fall on all of them; ms a step is the best call over ``K x 5`` steps (compile apart).
 ``--trace`` also records one call of each under ``jax.profiler`` and lists the compiled
 program's operations by their time a step (with their HLO shapes), the breakdown quoted in
-``benchmarks/README.md``; operations run concurrently on the cores, so the list sums to more
-than the step.
+``benchmarks/README.md``: an operation's time summed over the devices and divided by the
+``K x 5`` steps, so that on D devices the list sums to about D times the (wall) time a step;
+operations also run concurrently on the cores, so it sums to more than that.
 
 Usage::
 
-    python benchmarks/profile_cnn_step.py [--clients 8] [--repeats 8] [--trace 25]
-        [--out benchmarks/results/profile_cnn_step.json]
+    python benchmarks/profile_cnn_step.py [--clients 8] [--devices D] [--repeats 8]
+        [--trace 25] [--out benchmarks/results/profile_cnn_step.json]
 """
 
 from __future__ import annotations
@@ -98,6 +102,8 @@ def operations(compiled: Any, args: tuple, steps: int, top: int) -> list[dict[st
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--devices", type=int, default=len(jax.devices("cpu")),
+                        help="CPU devices the clients are split over (default: all)")
     parser.add_argument("--repeats", type=int, default=8)
     parser.add_argument("--pools", default="flax,ours")
     parser.add_argument("--trace", type=int, default=0, help="operations to list (0: no trace)")
@@ -106,6 +112,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("clients", "repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1")
+    cpus = len(jax.devices("cpu"))
+    if not 1 <= args.devices <= min(cpus, args.clients):
+        parser.error(f"--devices must be in 1..{min(cpus, args.clients)} (this process's "
+                     f"{cpus} CPU devices, at most --clients), got {args.devices}")
     unknown = set(args.pools.split(",")) - set(POOLS)
     if unknown:
         parser.error(f"--pools: {sorted(unknown)} not among {sorted(POOLS)}")
@@ -118,7 +128,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     programs, rows = {}, {}
     for name in args.pools.split(","):
         start = time.perf_counter()
-        compiled, inputs = local_training(POOLS[name], args.clients)
+        compiled, inputs = local_training(POOLS[name], args.clients, args.devices)
         jax.block_until_ready(compiled(*inputs))
         programs[name] = (compiled, inputs)
         rows[name] = {"compile_and_first_call_s": time.perf_counter() - start, "calls_s": []}
@@ -136,7 +146,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 print(f"  {op['ms_per_step']:6.2f} ms  {op['op']:32s} {op['hlo']}")
     payload = {"benchmark": "profile_cnn_step", "date": datetime.datetime.now(
         datetime.timezone.utc).isoformat(timespec="seconds"), "machine": machine_info(),
-        "clients": args.clients, "steps_per_client": STEPS,
+        "clients": args.clients, "devices": args.devices, "steps_per_client": STEPS,
         "batch_size": cifar10_shape.BATCH_SIZE, "repeats": args.repeats, "results": rows}
     write_json(args.out, payload)
     return payload

@@ -333,6 +333,9 @@ def profile_cnn_step() -> str:
              ", ".join(f"{o['hlo'].split('{')[0]} {o['ms_per_step']:.2f} ms"
                        for o in r["operations"][:3])]
             for variant, r in d["results"].items()]
+    devices = d.get("devices", 1)  # runs before 2026-11-29 trained on one device
+    split = (f", split over {devices} CPU devices (operation times summed over them)"
+             if devices > 1 else ", on one device")
     return (table(["variant", "per local step", "the three costliest operations"], body)
             + f"\n\n{d['clients']} clients x {d['steps_per_client']} steps of batch "
-            f"{d['batch_size']}; {_machine(d)}.")
+            f"{d['batch_size']}{split}; {_machine(d)}.")
