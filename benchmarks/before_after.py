@@ -26,7 +26,8 @@ logistic regression): FedBuff (K = 10, Q = 5, B = 5) and K-async SGD (K = 10, B 
 event clock (Exponential(1) job times, M = 100 jobs in flight, H = 64), availability
 Bernoulli(0.5). ``fedlaavg_<N>`` (e.g. ``fedlaavg_1e5``): FedLaAvg on ``scaling.py``'s data
 (N clients of MNIST-shaped random images, max(60000, 2N) rows, logistic regression, K = 100,
-C = 10, B = 5, Bernoulli(0.5)), its [N, P] table in float32.
+C = 10, B = 5, Bernoulli(0.5)), its [N, P] table in float32; ``fedavg_<N>`` (e.g.
+``fedavg_1e6``): FedAvg on the same.
 
 Besides ``s_per_round``, each run's ``total_s`` (the whole ``simulate`` call: planning and
 placing the state, compilation and evaluation included) is recorded.
@@ -61,7 +62,7 @@ DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "before_after.json"  # name
 
 # Run in a fresh interpreter with the tree under test first on sys.path.
 CHILD = """
-import json, sys, time
+import json, re, sys, time
 import numpy as np
 import fedjax_avail as fa
 from jax.flatten_util import ravel_pytree
@@ -78,15 +79,17 @@ if algorithm_name.startswith(("fedbuff_", "kasync_")):  # async_scaling.py's wor
                  fa.algorithms.KAsyncSGD(clients_per_round=10, batch_size=4, **events))
     process = fa.availability.Bernoulli(0.5)
     task = fa.tasks.logistic_regression(64, 10)
-elif algorithm_name.startswith("fedlaavg_"):  # scaling.py's data at N clients
-    n = int(float(algorithm_name.split("_")[1]))
+elif re.fullmatch(r"(fedavg|fedlaavg)_[0-9.]+e[0-9]+", algorithm_name):  # scaling.py's data
+    name, n = algorithm_name.split("_")
+    n = int(float(n))
     rows = max(60_000, 2 * n)
     rng = np.random.default_rng(0)
     fd = fa.FederatedData.from_arrays(
         {"x": rng.integers(0, 256, (rows, 28, 28), dtype=np.uint8),
          "y": rng.integers(0, 10, rows)}, np.arange(rows) % n, num_clients=n)
-    algorithm = fa.algorithms.FedLaAvg(clients_per_round=100, local_steps=10, batch_size=5,
-                                       client_lr=0.01, table_dtype="float32")
+    common = dict(clients_per_round=100, local_steps=10, batch_size=5, client_lr=0.01)
+    algorithm = (fa.algorithms.FedAvg(**common) if name == "fedavg" else
+                 fa.algorithms.FedLaAvg(**common, table_dtype="float32"))
     process = fa.availability.Bernoulli(0.5)
     task = fa.tasks.logistic_regression(784, 10)
 elif algorithm_name == "fedavg_pfl_cnn":  # peer_comparison.py's CIFAR-10 shape, that tree's
