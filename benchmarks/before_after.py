@@ -79,7 +79,7 @@ if algorithm_name.startswith(("fedbuff_", "kasync_")):  # async_scaling.py's wor
                  fa.algorithms.KAsyncSGD(clients_per_round=10, batch_size=4, **events))
     process = fa.availability.Bernoulli(0.5)
     task = fa.tasks.logistic_regression(64, 10)
-elif re.fullmatch(r"(fedavg|fedlaavg)_[0-9.]+e[0-9]+", algorithm_name):  # scaling.py's data
+elif re.fullmatch(r"(fedavg|fedlaavg)_[0-9.]+(e[0-9]+)?", algorithm_name):  # scaling.py's
     name, n = algorithm_name.split("_")
     n = int(float(n))
     rows = max(60_000, 2 * n)

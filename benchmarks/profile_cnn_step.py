@@ -4,8 +4,8 @@ The shape of the engine's local training on ``peer_comparison.py``'s CIFAR-10 wo
 clients one after another (``lax.map``), each taking 5 SGD steps on batches of 10 images
 ``[32, 32, 3]`` (``lax.scan``), pfl's ``simple_cnn`` with ``fa.tasks.conv_general_dilated``;
 with ``--devices`` D > 1 (the default: this process's CPU devices, one a core, as
-``simulate``'s default mesh uses them) the clients are split over D devices, each training its
-share one client at a time.
+``simulate``'s default mesh uses them, at most K) the clients are split over D devices, each
+training its share one client at a time.
 Each pooling (``--pools``: ``flax`` is ``nn.max_pool``, ``ours`` is ``fa.tasks.max_pool``) is
 compiled once and timed ``--repeats`` times, the variants alternating so a noisy machine's slow
 phases fall on all of them; ms a step is the best call over ``K x 5`` steps (compile apart).
@@ -102,8 +102,9 @@ def operations(compiled: Any, args: tuple, steps: int, top: int) -> list[dict[st
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--devices", type=int, default=len(jax.devices("cpu")),
-                        help="CPU devices the clients are split over (default: all)")
+    parser.add_argument("--devices", type=int, default=None,
+                        help="CPU devices the clients are split over (default: all, at most "
+                        "--clients)")
     parser.add_argument("--repeats", type=int, default=8)
     parser.add_argument("--pools", default="flax,ours")
     parser.add_argument("--trace", type=int, default=0, help="operations to list (0: no trace)")
@@ -113,6 +114,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1")
     cpus = len(jax.devices("cpu"))
+    if args.devices is None:
+        args.devices = min(cpus, args.clients)
     if not 1 <= args.devices <= min(cpus, args.clients):
         parser.error(f"--devices must be in 1..{min(cpus, args.clients)} (this process's "
                      f"{cpus} CPU devices, at most --clients), got {args.devices}")

@@ -9,7 +9,7 @@ Every part runs in one process, side by side (the machine's noise hits all rows 
   s/round, client steps/s (K C / s per round), and memory: the formula
   (:func:`fedjax_avail.estimate_memory`) against the device bytes the run held plus XLA's
   working set (``Result.memory["measured"]``), and the process's peak RSS.
-* ``k``: FedAvg at N = max(10^4, K) for K = 10, 100, 1000 (``--k-values``; on a GPU to 10^5),
+* ``k``: FedAvg at N = max(10^4, 4K) for K = 10, 100, 1000 (``--k-values``; on a GPU to 10^5),
   each round against the time its bytes take at the memory bandwidth measured in the same run
   (``_common.memory_bytes_per_s``): the batches its steps read (``floor_batches_s``) and
   those with the members' models read and written every step (``floor_lockstep_s``, issue
@@ -162,7 +162,7 @@ def part_k(args, record) -> None:
     print(f"memory bandwidth (an elementwise pass over 512 MiB): {bandwidth / 1e9:.0f} GB/s",
           flush=True)
     for k in args.k_values:
-        n = max(10_000, k)
+        n = max(10_000, 4 * k)  # about N / 2 available: K of them, not padding slots
         fd = _images(n)
         algorithm = fa.algorithms.FedAvg(clients_per_round=k, local_steps=C, batch_size=B,
                                          client_lr=0.01)

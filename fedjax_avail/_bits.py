@@ -48,7 +48,7 @@ def client_bits(key: jax.Array, num_clients: int) -> jax.Array:
             return jax.random.bits(key, (num_clients,), jnp.uint32)
         key = jax.random.key_data(key)
     devices = _cohort_devices()
-    if devices > 1 and num_clients >= SPLIT_CLIENTS:
+    if devices > 1 and num_clients >= SPLIT_CLIENTS and key.shape == (2,):
         return _split_blocks(key, num_clients, devices)
     # threefry_2x32 pairs count[j] with count[M + j] (a 0 pads an odd N) and returns
     # concat(word 0s, word 1s)[:N].
@@ -58,10 +58,10 @@ def client_bits(key: jax.Array, num_clients: int) -> jax.Array:
 def _cohort_devices() -> int:
     """D, the size of the ``"cohort"`` axis of the mesh being traced under, where the words
     are wanted on every device: 1 without such a mesh, on a mesh that also splits the client
-    arrays (``"clients"``) and inside ``shard_map`` over it."""
+    arrays (``"clients"``), and where the axis is not left to the partitioner (``Explicit``
+    axes; ``Manual`` inside ``shard_map``), which sharding constraints require."""
     mesh = jax.sharding.get_abstract_mesh()
-    if (mesh.empty or COHORT not in mesh.axis_names or CLIENTS in mesh.axis_names
-            or COHORT in getattr(mesh, "manual_axes", ())):
+    if mesh.empty or COHORT not in mesh.auto_axes or CLIENTS in mesh.axis_names:
         return 1
     return mesh.shape[COHORT]
 
