@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import gzip
 import json
 import os
 import platform
+import re
+import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from fedjax_avail import program
 from fedjax_avail._io import atomic_write_text
 from fedjax_avail.data import MNIST_ENV
 
@@ -98,6 +105,70 @@ def memory_bytes_per_s(megabytes: int = 512, repeats: int = 20) -> float:
     GPU's HBM, a CPU's DRAM), measured in the same run."""
     x = jnp.ones(megabytes * 2**20 // 4, jnp.float32)
     return 2 * x.nbytes / best_seconds(jax.jit(lambda v: v * 1.0001), x, repeats)
+
+
+def hlo_operations(text: str) -> dict[str, tuple[str, str]]:
+    """Each instruction of a compiled program's HLO ``text`` (``compiled.as_text()``) -> its
+    module's name and its shape and opcode (``"f32[784,64]{1,0} fusion"``)."""
+    module = re.match(r"HloModule ([\w.\-]+)", text)
+    name = module.group(1) if module else ""
+    definitions = {}
+    for line in text.splitlines():
+        match = re.match(r"\s*(?:ROOT )?%([\w.\-]+) = (\S+ [\w-]+)\(", line)
+        if match:
+            definitions.setdefault(match.group(1), (name, match.group(2)))
+    return definitions
+
+
+@contextlib.contextmanager
+def simulate_programs() -> Iterator[dict[str, tuple[str, str]]]:
+    """The operations (:func:`hlo_operations`) of every round program ``fa.simulate`` compiles
+    inside the block, gathered as they are compiled (the engine's compile step,
+    ``fedjax_avail.program._compile``, wrapped for the block's duration)."""
+    definitions: dict[str, tuple[str, str]] = {}
+    compile_program = program._compile
+
+    def compile_and_keep(lowered: Any, batched_runs: bool) -> Any:
+        compiled = compile_program(lowered, batched_runs)
+        definitions.update(hlo_operations(compiled.as_text()))
+        return compiled
+
+    program._compile = compile_and_keep
+    try:
+        yield definitions
+    finally:
+        program._compile = compile_program
+
+
+def traced_operations(call: Callable[[], Any], definitions: dict[str, tuple[str, str]],
+                      per: int, top: int) -> list[dict[str, Any]]:
+    """Runs ``call()`` once under ``jax.profiler``; its ``top`` operations among
+    ``definitions`` (:func:`hlo_operations`) by time, in ms and calls per ``per`` (steps,
+    rounds), each with its HLO shape. On an accelerator the time is the device's (its
+    kernels'); on a CPU, each operation's time summed over the devices and the threads that
+    ran it (operations run concurrently, so the list can sum to more than the wall time)."""
+    with tempfile.TemporaryDirectory() as trace_dir:
+        with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+            jax.block_until_ready(call())
+        trace = next(Path(trace_dir).rglob("*.trace.json.gz"))
+        events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    accelerators = {event["pid"] for event in events if event.get("ph") == "M"
+                    and event.get("name") == "process_name"
+                    and str(event.get("args", {}).get("name", "")).startswith("/device:")}
+    modules = {module for module, _ in definitions.values()}
+    total: collections.Counter[str] = collections.Counter()
+    calls: collections.Counter[str] = collections.Counter()
+    for event in events:
+        args = event.get("args") or {}
+        op = args.get("hlo_op", event.get("name"))
+        if (event.get("ph") != "X" or op not in definitions
+                or (accelerators and event.get("pid") not in accelerators)
+                or ("hlo_module" in args and args["hlo_module"] not in modules)):
+            continue
+        total[op] += event.get("dur", 0)
+        calls[op] += 1
+    return [{"op": op, "hlo": definitions[op][1], "ms": us / per / 1e3, "calls": calls[op] / per}
+            for op, us in total.most_common(top)]
 
 
 def write_json(path: str | Path, payload: dict[str, Any]) -> None:

@@ -24,19 +24,15 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import collections
 import datetime
-import gzip
-import json
-import re
-import tempfile
+import functools
 import time
 from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-from _common import machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+from _common import hlo_operations, machine_info, traced_operations, write_json  # noqa: I001 (benchmarks/ is on sys.path)
 from flax import linen as nn
 from peer_comparison import PflSimpleCNN
 from peers import cifar10_shape
@@ -77,26 +73,6 @@ def local_training(pool: Any, clients: int, devices: int = 1) -> tuple[Any, tupl
             return program.lower(x, y).compile(), (x, y)
     program = jax.jit(lambda x, y: jax.lax.map(lambda a: client(*a), (x, y)))
     return program.lower(x, y).compile(), (x, y)
-
-
-def operations(compiled: Any, args: tuple, steps: int, top: int) -> list[dict[str, Any]]:
-    """The ``top`` operations of one traced call by ms a step, with their HLO definitions."""
-    definitions = {}
-    for line in compiled.as_text().splitlines():
-        match = re.match(r"\s*(?:ROOT )?%([\w.\-]+) = (\S+ [\w-]+)\(", line)
-        if match:
-            definitions.setdefault(match.group(1), match.group(2))
-    with tempfile.TemporaryDirectory() as trace_dir:
-        with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
-            jax.block_until_ready(compiled(*args))
-        trace = next(Path(trace_dir).rglob("*.trace.json.gz"))
-        events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
-    total: collections.Counter[str] = collections.Counter()
-    for event in events:
-        if event.get("ph") == "X" and event.get("name") in definitions:
-            total[event["name"]] += event.get("dur", 0)
-    return [{"op": name, "hlo": definitions[name], "ms_per_step": us / steps / 1e3}
-            for name, us in total.most_common(top)]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -144,7 +120,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         row["ms_per_step"] = min(row["calls_s"]) / steps * 1e3
         print(f"{name}: {row['ms_per_step']:.2f} ms a step (best of {args.repeats})", flush=True)
         if args.trace:
-            row["operations"] = operations(*programs[name], steps, args.trace)
+            compiled, inputs = programs[name]
+            ops = traced_operations(functools.partial(compiled, *inputs),
+                                    hlo_operations(compiled.as_text()), steps, args.trace)
+            row["operations"] = [{"op": op["op"], "hlo": op["hlo"], "ms_per_step": op["ms"]}
+                                 for op in ops]
             for op in row["operations"]:
                 print(f"  {op['ms_per_step']:6.2f} ms  {op['op']:32s} {op['hlo']}")
     payload = {"benchmark": "profile_cnn_step", "date": datetime.datetime.now(

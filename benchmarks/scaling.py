@@ -13,7 +13,9 @@ Every part runs in one process, side by side (the machine's noise hits all rows 
   each round against the time its bytes take at the memory bandwidth measured in the same run
   (``_common.memory_bytes_per_s``): the batches its steps read (``floor_batches_s``) and
   those with the members' models read and written every step (``floor_lockstep_s``, issue
-  36's GPU floor; :func:`round_floor_bytes`).
+  36's GPU floor; :func:`round_floor_bytes`). ``--trace T`` also records where a round's time
+  goes: the T costliest operations of a few traced rounds (``operations``: ms and calls a
+  round, the HLO shape; on a GPU its kernels' time; :func:`_round_operations`).
 * ``tasks``: logistic regression, MLP (784-200-200-10), LeNet-5 and the Sentiment140 LSTM
   (25 tokens, 25-d embedding, 2 x 16 units), FedAvg K = 100 (LSTM: K = 50), each with the
   cohort trained by one ``vmap`` (``client_chunk=None``), by sequential ``vmap`` s of 10
@@ -33,7 +35,8 @@ Usage::
 
     python benchmarks/scaling.py [--parts n,k,tasks,flops] [--rounds 100] [--max-n 1000000]
                                  [--n-values 100,1000,...] [--algorithms fedavg,fedlaavg]
-                                 [--k-values 10,100,1000] [--tasks mlp,lenet5,...]
+                                 [--k-values 10,100,1000] [--trace 12]
+                                 [--tasks mlp,lenet5,...]
                                  [--quick] [--out results/scaling.json]
 
 The JSON is rewritten after every row, so a run cut short keeps the rows it finished.
@@ -54,7 +57,15 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _common import best_seconds, machine_info, matmul_flop_per_s, memory_bytes_per_s, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+from _common import (  # noqa: I001 (benchmarks/ is on sys.path)
+    best_seconds,
+    machine_info,
+    matmul_flop_per_s,
+    memory_bytes_per_s,
+    simulate_programs,
+    traced_operations,
+    write_json,
+)
 
 import fedjax_avail as fa
 from fedjax_avail.local import flat_size
@@ -62,6 +73,9 @@ from fedjax_avail.local import flat_size
 OUT = Path(__file__).resolve().parent / "results" / "scaling.json"
 K, C, B = 100, 10, 5
 TASKS = ("logistic_regression", "mlp", "lenet5", "lstm")
+# The k part's --trace profiles TRACE_MEMBERS / K rounds (1 to 10): about 10^4 member trainings,
+# whose events the profiler keeps (at K = 10^4 on a CPU, 10 rounds lost most of them)
+TRACE_MEMBERS = 10_000
 
 
 def _images(n: int, rows: int | None = None) -> fa.FederatedData:
@@ -171,16 +185,41 @@ def part_k(args, record) -> None:
         floor = round_floor_bytes(fd, params, k)
         batches_s = floor["batches"] / bandwidth
         lockstep_s = batches_s + floor["models_each_step"] / bandwidth
-        record({"part": "k", "algorithm": "fedavg", "num_clients": n, "k": k,
-                "s_per_round": spr, "client_steps_per_s": k * C / spr,
-                "memory_bytes_per_s": bandwidth, "floor_bytes": floor,
-                "floor_batches_s": batches_s, "floor_lockstep_s": lockstep_s,
-                "devices": result.memory.get("devices")})
+        row = {"part": "k", "algorithm": "fedavg", "num_clients": n, "k": k,
+               "s_per_round": spr, "client_steps_per_s": k * C / spr,
+               "memory_bytes_per_s": bandwidth, "floor_bytes": floor,
+               "floor_batches_s": batches_s, "floor_lockstep_s": lockstep_s,
+               "devices": result.memory.get("devices")}
         print(f"N={n:>6} K={k:>6} fedavg {spr * 1e3:8.2f} ms/round "
               f"{k * C / spr:9.0f} client steps/s; at the memory bandwidth its batches take "
               f"{batches_s * 1e3:.3f} ms ({spr / batches_s:.1f}x), with the models each step "
               f"{lockstep_s * 1e3:.3f} ms ({spr / lockstep_s:.2f}x)", flush=True)
-        del fd, result
+        del result
+        if args.trace:
+            try:  # a profiler that fails (no CUPTI on a GPU, say) costs the list, not the row
+                row["operations"] = _round_operations(task, fd, algorithm, args.trace)
+            except Exception as error:  # noqa: BLE001 (recorded in the row and printed)
+                row["operations_error"] = repr(error)
+                print(f"  no trace: {error!r}", flush=True)
+            for op in row.get("operations", []):
+                print(f"  {op['ms']:8.3f} ms  x{op['calls']:<6.0f} {op['op']:36s} {op['hlo']}",
+                      flush=True)
+        record(row)
+        del fd
+
+
+def _round_operations(task, fd, algorithm, top: int) -> list[dict]:
+    """The ``top`` costliest operations of FedAvg's rounds (ms and calls a round), over
+    ``TRACE_MEMBERS / K`` rounds (1 to 10): the run is compiled once, then run again under the
+    profiler."""
+    rounds = min(10, max(1, TRACE_MEMBERS // algorithm.clients_per_round))
+
+    def run() -> fa.Result:
+        return fa.simulate(task, fd, algorithm, fa.availability.Bernoulli(0.5), rounds=rounds)
+
+    with simulate_programs() as definitions:
+        run()
+    return traced_operations(run, definitions, rounds, top)
 
 
 def _tasks():
@@ -301,6 +340,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="GB a float32 FedLaAvg table may take before bfloat16 is used")
     parser.add_argument("--k-values", type=lambda v: [int(float(x)) for x in v.split(",")],
                         default=[10, 100, 1000], help="K of the k part (comma-separated)")
+    parser.add_argument("--trace", type=int, default=0,
+                        help="operations of the k part's rounds to list (0: no trace)")
     parser.add_argument("--tasks", type=lambda v: v.split(","), default=list(TASKS),
                         help="tasks of the tasks part (comma-separated)")
     parser.add_argument("--quick", action="store_true",
