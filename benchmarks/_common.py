@@ -107,25 +107,35 @@ def memory_bytes_per_s(megabytes: int = 512, repeats: int = 20) -> float:
     return 2 * x.nbytes / best_seconds(jax.jit(lambda v: v * 1.0001), x, repeats)
 
 
-def hlo_operations(text: str) -> dict[str, tuple[str, str]]:
-    """Each instruction of a compiled program's HLO ``text`` (``compiled.as_text()``) -> its
-    module's name and its shape and opcode (``"f32[784,64]{1,0} fusion"``)."""
+# (HLO module, instruction) -> its result's shape and its opcode, "f32[784,64]{1,0} fusion"
+Definitions = dict[tuple[str, str], str]
+# Instructions whose profiler events span their bodies' operations (counted once, inside)
+CONTROL_FLOW = ("while", "conditional", "call")
+# The events JAX's profiler (0.10.2) writes at most into a trace; past them it drops events
+# without a word (FedAvg at K = 10^4 on a CPU: one round 745,000 events, two rounds 1,000,019,
+# metadata included, and 15% fewer calls a round)
+TRACE_EVENTS_CAP = 1_000_000
+
+
+def hlo_operations(text: str) -> Definitions:
+    """Each instruction of a compiled program's HLO ``text`` (``compiled.as_text()``), tuple
+    results included, keyed by its module's name and its own (:data:`Definitions`)."""
     module = re.match(r"HloModule ([\w.\-]+)", text)
     name = module.group(1) if module else ""
     definitions = {}
     for line in text.splitlines():
-        match = re.match(r"\s*(?:ROOT )?%([\w.\-]+) = (\S+ [\w-]+)\(", line)
+        match = re.match(r"\s*(?:ROOT )?%([\w.\-]+) = (\(.*?\)|\S+) ([\w-]+)\(", line)
         if match:
-            definitions.setdefault(match.group(1), (name, match.group(2)))
+            definitions.setdefault((name, match.group(1)), f"{match.group(2)} {match.group(3)}")
     return definitions
 
 
 @contextlib.contextmanager
-def simulate_programs() -> Iterator[dict[str, tuple[str, str]]]:
-    """The operations (:func:`hlo_operations`) of every round program ``fa.simulate`` compiles
-    inside the block, gathered as they are compiled (the engine's compile step,
+def simulate_programs() -> Iterator[Definitions]:
+    """The instructions (:func:`hlo_operations`) of every round program ``fa.simulate``
+    compiles inside the block, gathered as they are compiled (the engine's compile step,
     ``fedjax_avail.program._compile``, wrapped for the block's duration)."""
-    definitions: dict[str, tuple[str, str]] = {}
+    definitions: Definitions = {}
     compile_program = program._compile
 
     def compile_and_keep(lowered: Any, batched_runs: bool) -> Any:
@@ -140,35 +150,76 @@ def simulate_programs() -> Iterator[dict[str, tuple[str, str]]]:
         program._compile = compile_program
 
 
-def traced_operations(call: Callable[[], Any], definitions: dict[str, tuple[str, str]],
-                      per: int, top: int) -> list[dict[str, Any]]:
-    """Runs ``call()`` once under ``jax.profiler``; its ``top`` operations among
-    ``definitions`` (:func:`hlo_operations`) by time, in ms and calls per ``per`` (steps,
-    rounds), each with its HLO shape. On an accelerator the time is the device's (its
-    kernels'); on a CPU, each operation's time summed over the devices and the threads that
-    ran it (operations run concurrently, so the list can sum to more than the wall time)."""
+def operation_times(events: list[dict[str, Any]], definitions: Definitions, per: float,
+                    top: int, accelerator: bool) -> list[dict[str, Any]]:
+    """The ``top`` instructions of ``definitions`` by their time in a profiler trace's
+    ``events`` (its ``traceEvents``), in ms and calls per ``per`` (steps, rounds), each with its
+    shape and opcode. Counted: complete events whose ``hlo_op`` is one of them (of that
+    ``hlo_module`` where the event names one; an instruction name two modules share needs it),
+    control flow left out (:data:`CONTROL_FLOW`); on an ``accelerator``, the kernels of the
+    device's streams alone (the host's thunks and the trace's summary lines carry ``hlo_op``
+    too).
+
+    Raises:
+      RuntimeError: on an accelerator, a trace without device streams or without kernels of
+        these instructions (a profiler that could not read the device, say).
+    """
+    names = {}
+    for module, op in definitions:
+        names[op] = None if op in names else (module, op)  # None: a name two modules share
+    keep = None
+    if accelerator:
+        devices = {e["pid"] for e in events if e.get("ph") == "M" and e.get("name") ==
+                   "process_name" and str(e["args"].get("name", "")).startswith("/device:")}
+        keep = {(e["pid"], e["tid"]) for e in events if e.get("ph") == "M" and e.get("name") ==
+                "thread_name" and e["pid"] in devices and "Stream" in str(e["args"].get("name"))}
+        if not keep:
+            raise RuntimeError(f"no device streams among the trace's {len(events)} events")
+    total: collections.Counter[tuple[str, str]] = collections.Counter()
+    calls: collections.Counter[tuple[str, str]] = collections.Counter()
+    for event in events:
+        args = event.get("args") or {}
+        if event.get("ph") != "X" or "hlo_op" not in args:
+            continue
+        key = ((args["hlo_module"], args["hlo_op"]) if "hlo_module" in args
+               else names.get(args["hlo_op"]))
+        if (key not in definitions or definitions[key].split()[-1] in CONTROL_FLOW
+                or (keep is not None and (event.get("pid"), event.get("tid")) not in keep)):
+            continue
+        total[key] += event.get("dur", 0)
+        calls[key] += 1
+    if accelerator and not total:
+        raise RuntimeError("no kernel of the program's instructions in the trace")
+    return [{"op": op, "hlo": definitions[module, op], "ms": us / per / 1e3,
+             "calls": calls[module, op] / per}
+            for (module, op), us in total.most_common(top)]
+
+
+def traced_operations(call: Callable[[], Any], definitions: Definitions, per: float,
+                      top: int) -> dict[str, Any]:
+    """Runs ``call()`` once under ``jax.profiler``: its ``top`` instructions by time
+    (:func:`operation_times`: ``"operations"``), what that time is (``"clock"``) and the
+    trace's number of events (``"trace_events"``). On an accelerator the time is its kernels';
+    on a CPU, each instruction's time summed over the devices and the threads that ran it (they
+    run concurrently: the list can sum to more than the call's wall time).
+
+    Raises:
+      RuntimeError: the trace reached :data:`TRACE_EVENTS_CAP` (the counts would come out
+        short: profile a shorter call), or as :func:`operation_times`.
+    """
     with tempfile.TemporaryDirectory() as trace_dir:
-        with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+        with jax.profiler.trace(trace_dir):
             jax.block_until_ready(call())
         trace = next(Path(trace_dir).rglob("*.trace.json.gz"))
         events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
-    accelerators = {event["pid"] for event in events if event.get("ph") == "M"
-                    and event.get("name") == "process_name"
-                    and str(event.get("args", {}).get("name", "")).startswith("/device:")}
-    modules = {module for module, _ in definitions.values()}
-    total: collections.Counter[str] = collections.Counter()
-    calls: collections.Counter[str] = collections.Counter()
-    for event in events:
-        args = event.get("args") or {}
-        op = args.get("hlo_op", event.get("name"))
-        if (event.get("ph") != "X" or op not in definitions
-                or (accelerators and event.get("pid") not in accelerators)
-                or ("hlo_module" in args and args["hlo_module"] not in modules)):
-            continue
-        total[op] += event.get("dur", 0)
-        calls[op] += 1
-    return [{"op": op, "hlo": definitions[op][1], "ms": us / per / 1e3, "calls": calls[op] / per}
-            for op, us in total.most_common(top)]
+    if len(events) >= TRACE_EVENTS_CAP:
+        raise RuntimeError(f"the trace holds {len(events)} events, the profiler's most: "
+                           "events were dropped; profile a shorter call")
+    accelerator = jax.default_backend() != "cpu"
+    return {"clock": ("device kernels" if accelerator
+                      else "host threads, summed over the devices and threads"),
+            "trace_events": len(events),
+            "operations": operation_times(events, definitions, per, top, accelerator)}
 
 
 def write_json(path: str | Path, payload: dict[str, Any]) -> None:

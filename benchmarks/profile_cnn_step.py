@@ -121,10 +121,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{name}: {row['ms_per_step']:.2f} ms a step (best of {args.repeats})", flush=True)
         if args.trace:
             compiled, inputs = programs[name]
-            ops = traced_operations(functools.partial(compiled, *inputs),
-                                    hlo_operations(compiled.as_text()), steps, args.trace)
+            profile = traced_operations(functools.partial(compiled, *inputs),
+                                        hlo_operations(compiled.as_text()), steps, args.trace)
             row["operations"] = [{"op": op["op"], "hlo": op["hlo"], "ms_per_step": op["ms"]}
-                                 for op in ops]
+                                 for op in profile["operations"]]
             for op in row["operations"]:
                 print(f"  {op['ms_per_step']:6.2f} ms  {op['op']:32s} {op['hlo']}")
     payload = {"benchmark": "profile_cnn_step", "date": datetime.datetime.now(

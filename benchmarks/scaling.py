@@ -53,6 +53,7 @@ import datetime
 import resource
 import time
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -73,8 +74,9 @@ from fedjax_avail.local import flat_size
 OUT = Path(__file__).resolve().parent / "results" / "scaling.json"
 K, C, B = 100, 10, 5
 TASKS = ("logistic_regression", "mlp", "lenet5", "lstm")
-# The k part's --trace profiles TRACE_MEMBERS / K rounds (1 to 10): about 10^4 member trainings,
-# whose events the profiler keeps (at K = 10^4 on a CPU, 10 rounds lost most of them)
+# The k part's --trace profiles TRACE_MEMBERS / K rounds (1 to 10), whose events fit in the
+# profiler's trace (_common.TRACE_EVENTS_CAP; on a CPU about 75 events a member trained: one
+# round at K = 10^4 takes 745,000; a K whose one round does not fit records the error)
 TRACE_MEMBERS = 10_000
 
 
@@ -197,7 +199,7 @@ def part_k(args, record) -> None:
         del result
         if args.trace:
             try:  # a profiler that fails (no CUPTI on a GPU, say) costs the list, not the row
-                row["operations"] = _round_operations(task, fd, algorithm, args.trace)
+                row.update(_round_operations(task, fd, algorithm, args.trace))
             except Exception as error:  # noqa: BLE001 (recorded in the row and printed)
                 row["operations_error"] = repr(error)
                 print(f"  no trace: {error!r}", flush=True)
@@ -208,10 +210,15 @@ def part_k(args, record) -> None:
         del fd
 
 
-def _round_operations(task, fd, algorithm, top: int) -> list[dict]:
-    """The ``top`` costliest operations of FedAvg's rounds (ms and calls a round), over
-    ``TRACE_MEMBERS / K`` rounds (1 to 10): the run is compiled once, then run again under the
-    profiler."""
+def _round_operations(task: fa.Task, fd: fa.FederatedData, algorithm: fa.algorithms.FedAvg,
+                      top: int) -> dict[str, Any]:
+    """The ``top`` costliest instructions of FedAvg's rounds (``_common.traced_operations``: ms
+    and calls a round), over ``TRACE_MEMBERS / K`` rounds (1 to 10): the run is compiled once,
+    then run again under the profiler.
+
+    Raises:
+      RuntimeError: the engine compiled no program that ``simulate_programs`` saw.
+    """
     rounds = min(10, max(1, TRACE_MEMBERS // algorithm.clients_per_round))
 
     def run() -> fa.Result:
@@ -219,7 +226,9 @@ def _round_operations(task, fd, algorithm, top: int) -> list[dict]:
 
     with simulate_programs() as definitions:
         run()
-    return traced_operations(run, definitions, rounds, top)
+    if not definitions:
+        raise RuntimeError("simulate_programs saw no compiled program")
+    return {"trace_rounds": rounds, **traced_operations(run, definitions, rounds, top)}
 
 
 def _tasks():

@@ -184,14 +184,20 @@ def chunk_budget() -> str:
 
 
 def conv_groups() -> str:
-    """A CPU convolution's windows by group of images, training and evaluating (`GROUP_BYTES`)."""
+    """A CPU convolution's windows by group of images, training and evaluating (`GROUP_BYTES`),
+    on the machine the budget was chosen on and, training only, on a second one."""
     d = _load("conv_groups.json")
-    layouts: dict[str, list[dict]] = {}
-    for r in d["training"]:
-        layouts.setdefault(r["layout"], []).append(r)
-    body = [[f"training pfl's CNN, {layout} ({rows[0]['devices']})",
-             ", ".join(f"{r['setting']}: {r['ms_per_step']:.2f} ms ({r['over_one_product']:.2f}x)"
-                       for r in rows)] for layout, rows in layouts.items()]
+    runs = [(d, ""), (_load("conv_groups_intel_xeon.json"), "B")]
+    body = []
+    for run, mark in runs:
+        layouts: dict[str, list[dict]] = {}
+        for r in run["training"]:
+            layouts.setdefault(r["layout"], []).append(r)
+        body += [[f"training pfl's CNN, {layout} ({rows[0]['devices']})"
+                  + (f", machine {mark}" if mark else ""),
+                  ", ".join(f"{r['setting']}: {r['ms_per_step']:.2f} ms "
+                            f"({r['over_one_product']:.2f}x)" for r in rows)]
+                 for layout, rows in layouts.items()]
     plain = {r["model"]: r for r in d["evaluation"] if r["setting"] == "one product"}
     for r in d["evaluation"]:
         if r["setting"] == "default":
@@ -203,7 +209,8 @@ def conv_groups() -> str:
             + "\n\nTraining: ms a step of 10 images (the best call); evaluation: 10,000 "
             "MNIST-shaped or 5,000 CIFAR-10-shaped images in blocks of 4,096, the default "
             "budget against one product a block; "
-            f"`python benchmarks/conv_groups.py`; {_machine(d)}.")
+            f"`python benchmarks/conv_groups.py`; {_machine(d)}; machine B (training rows "
+            f"marked so, `results/conv_groups_intel_xeon.json`): {_machine(runs[1][0])}.")
 
 
 def devices() -> str:
