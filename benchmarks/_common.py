@@ -189,7 +189,10 @@ def operation_times(events: list[dict[str, Any]], definitions: Definitions, per:
         total[key] += event.get("dur", 0)
         calls[key] += 1
     if accelerator and not total:
-        raise RuntimeError("no kernel of the program's instructions in the trace")
+        seen = sorted({str(e.get("args")) for e in events if e.get("ph") == "X"
+                       and (e.get("pid"), e.get("tid")) in keep})[:3]
+        raise RuntimeError(f"no kernel of the program's instructions in the trace; the device "
+                           f"streams' events carry {seen}")
     return [{"op": op, "hlo": definitions[module, op], "ms": us / per / 1e3,
              "calls": calls[module, op] / per}
             for (module, op), us in total.most_common(top)]
