@@ -174,7 +174,10 @@ def operation_times(events: list[dict[str, Any]], definitions: Definitions, per:
         keep = {(e["pid"], e["tid"]) for e in events if e.get("ph") == "M" and e.get("name") ==
                 "thread_name" and e["pid"] in devices and "Stream" in str(e["args"].get("name"))}
         if not keep:
-            raise RuntimeError(f"no device streams among the trace's {len(events)} events")
+            threads = sorted({str(e["args"].get("name")) for e in events if e.get("ph") == "M"
+                              and e.get("name") == "thread_name" and e["pid"] in devices})
+            raise RuntimeError(f"no device streams among the trace's {len(events)} events; "
+                               f"its device threads are {threads[:8]}")
     total: collections.Counter[tuple[str, str]] = collections.Counter()
     calls: collections.Counter[tuple[str, str]] = collections.Counter()
     for event in events:
