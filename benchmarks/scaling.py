@@ -213,8 +213,9 @@ def part_k(args, record) -> None:
 def _round_operations(task: fa.Task, fd: fa.FederatedData, algorithm: fa.algorithms.FedAvg,
                       top: int) -> dict[str, Any]:
     """The ``top`` costliest instructions of FedAvg's rounds (``_common.traced_operations``: ms
-    and calls a round), over ``TRACE_MEMBERS / K`` rounds (1 to 10): the run is compiled once,
-    then run again under the profiler.
+    and calls a round), over ``TRACE_MEMBERS / K`` rounds (1 to 10) of one profiled run, whose
+    program's instructions are read as it is compiled (its compilation records no instruction's
+    events).
 
     Raises:
       RuntimeError: the engine compiled no program that ``simulate_programs`` saw.
@@ -225,10 +226,11 @@ def _round_operations(task: fa.Task, fd: fa.FederatedData, algorithm: fa.algorit
         return fa.simulate(task, fd, algorithm, fa.availability.Bernoulli(0.5), rounds=rounds)
 
     with simulate_programs() as definitions:
-        run()
+        # the call fills definitions before traced_operations reads the trace with them
+        profile = traced_operations(run, definitions, rounds, top)
     if not definitions:
         raise RuntimeError("simulate_programs saw no compiled program")
-    return {"trace_rounds": rounds, **traced_operations(run, definitions, rounds, top)}
+    return {"trace_rounds": rounds, **profile}
 
 
 def _tasks():
