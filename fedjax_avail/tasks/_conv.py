@@ -194,7 +194,12 @@ def _grouped_backward(group: int, precision: Any, per_core: bool, residuals: Any
 
     def one_group(part: tuple) -> tuple[jax.Array, jax.Array]:
         part_images, part_cotangent = part
-        # [O, KH KW I]: in this orientation XLA transposes the (smaller) output gradient
+        # [O, KH KW I]: in this orientation XLA transposes the (smaller) output gradient.
+        # Transposing the batch's output gradient once before the loop instead (0.35 ms of
+        # a step's 14 ms of operations, against 0.5-0.6 ms for the loop's transposes in
+        # profile_cnn_step.py --trace) did not shorten a round: FedAvg rounds of pfl's CNN
+        # took 1.005x (median of 4; 0.968x of the best runs), so it is not kept
+        # (benchmarks/results/before_after_issue36_variant_transposed_cotangent_pfl_cnn.json)
         kernel_grad = lax.dot_general(part_cotangent, _windows(part_images, kh, kw),
                                       over_pixels, precision=precision,
                                       preferred_element_type=wide)
