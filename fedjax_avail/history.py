@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +71,28 @@ class History:
 # The per-round flag of a run with a virtual-time budget (``simulate(max_virtual_time=...)``):
 # False for the rounds after the budget, which change nothing.
 IN_BUDGET = "in_budget"
+
+
+def on_shared_rounds(histories: Sequence[History]) -> list[History]:
+    """Each history's rows at the rounds every one of them recorded (their ``round`` column),
+    in order: what several seeds' histories are compared or averaged at. A time budget
+    (``max_virtual_time``) stops each seed at its own round, so their last rows (and rows by
+    position) need not be the same round. Histories without a ``round`` column keep their
+    first rows, as many as the shortest has."""
+    if not histories:
+        return []
+    if any("round" not in h.columns for h in histories):
+        length = min(len(h) for h in histories)
+        return [History(h.rows[:length]) for h in histories]
+    rounds = []
+    for i, history in enumerate(histories):
+        recorded = [row["round"] for row in history]
+        if len(set(recorded)) < len(recorded):
+            twice = next(r for r in recorded if recorded.count(r) > 1)
+            raise ValueError(f"histories[{i}] records round {twice:g} twice; each round once")
+        rounds.append(set(recorded))
+    shared = set.intersection(*rounds)
+    return [History([row for row in h if row["round"] in shared]) for h in histories]
 
 
 def round_columns(metrics: dict[str, np.ndarray]) -> dict[str, float]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fedjax_avail._io import atomic_write_bytes
-from fedjax_avail.history import History
+from fedjax_avail.history import History, on_shared_rounds
 
 if TYPE_CHECKING:  # imported when drawing: matplotlib takes 0.6 s to import
     from matplotlib.figure import Figure
@@ -104,8 +104,9 @@ def _curve(ax, name: str, mean: History, runs: Sequence[History], x: str, column
     (line,) = ax.plot(xs, mean[column], label=name, lw=1.2, **style)
     if len(runs) < 2:
         return
-    length = min(len(run[column]) for run in runs)
-    values = np.stack([np.asarray(run[column][:length], float) for run in runs])
+    shared = on_shared_rounds(runs)  # the rounds every seed recorded, as mean_history's
+    length = min(len(xs), len(shared[0]))
+    values = np.stack([np.asarray(run[column][:length], float) for run in shared])
     ax.fill_between(xs[:length], values.min(0), values.max(0), color=line.get_color(),
                     alpha=0.2, lw=0)
 

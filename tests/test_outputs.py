@@ -6,10 +6,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+import fedjax_avail as fa
 from fedjax_avail import experiments
 from fedjax_avail.experiments import _folder, _sweep
+from fedjax_avail.experiments._summary import summary_row
 from fedjax_avail.history import History
 from fedjax_avail.plotting import plot_histories, run_title
+from fedjax_avail.testing import point_clients, quadratic_task
 
 
 def _history(loss: float, rounds: int = 4, accuracy: float | None = 0.5) -> History:
@@ -207,3 +210,31 @@ def test_sweep_titles_come_from_what_was_run(name, seeds):
     algorithms = ", ".join(sweep.base.config(next(iter(panels.values())))["algorithms"])
     varied = ", ".join(dict.fromkeys(k for s in sweep.settings.values() for k in s))
     assert title == (f"{name}: {algorithms}; {seeds} seed{'s' * (seeds > 1)}; over {varied}")
+
+
+def test_seeds_stopped_at_their_own_rounds_are_averaged_round_by_round():
+    """A time budget stops each seed at its own round: the mean (and the band, and the
+    summary) compare the seeds at the rounds all of them recorded, not row by row."""
+    algorithm = fa.algorithms.FedAvg(clients_per_round=4, local_steps=2, batch_size=1,
+                                     client_lr=0.1, durations=fa.clock.Exponential(1.0))
+    results = fa.simulate(quadratic_task(2), point_clients(np.arange(16.0).reshape(8, 2)),
+                          algorithm, fa.availability.Bernoulli(0.8), rounds=100, seed=[0, 1, 2],
+                          eval_every=10, max_virtual_time=25.0)
+    histories = [r.history for r in results]
+    done = [int(h["round"][-1]) for h in histories]
+    assert len(set(done)) > 1  # the seeds stopped at rounds of their own
+    shared = sorted(set.intersection(*(set(h["round"].tolist()) for h in histories)))
+    mean = _folder.mean_history(histories)
+    assert mean["round"].tolist() == shared
+    for k, r in enumerate(shared):  # each a plain mean of the seeds' rows at that round
+        rows = [next(row for row in h if row["round"] == r) for h in histories]
+        assert mean.rows[k]["train_loss"] == pytest.approx(
+            np.mean([row["train_loss"] for row in rows]), rel=1e-12)
+    setup = SimpleNamespace(summary=None, window=20)
+    row = summary_row("fedavg", "ok", results, setup, 0.0, None, [0, 1, 2])
+    assert row["rounds_done"] == min(done) and row["rounds_done_per_seed"] == done
+    figure = plot_histories({"fedavg": mean}, spread={"fedavg": histories})
+    band = figure.axes[0].collections[0].get_paths()[0].vertices  # the train loss panel's
+    at_shared = [[row["train_loss"] for row in h if row["round"] in shared] for h in histories]
+    edges = np.concatenate([np.min(at_shared, 0), np.max(at_shared, 0)])
+    assert set(np.round(band[:, 1], 6)) == set(np.round(edges, 6))

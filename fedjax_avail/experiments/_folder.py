@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from fedjax_avail._io import atomic_write_text
-from fedjax_avail.history import History
+from fedjax_avail.history import History, on_shared_rounds
 from fedjax_avail.plotting import plot_histories, run_title
 
 # Settings a resumed run may change: more rounds (never fewer: ``simulate`` refuses that), and
@@ -71,11 +71,14 @@ def resumable_settings(out_dir: Path, name: str, config: Mapping[str, Any],
 
 
 def mean_history(histories: list[History]) -> History:
-    """The row-by-row mean of the histories of several seeds (one history: itself)."""
+    """The mean of the histories of several seeds at the rounds all of them recorded
+    (:func:`~fedjax_avail.history.on_shared_rounds`: seeds stopped by a time budget end at
+    rounds of their own, whose rows are left out here and kept in ``metrics.csv``); one
+    history: itself."""
     if len(histories) == 1:
         return histories[0]
     rows = []
-    for group in zip(*(h.rows for h in histories), strict=False):
+    for group in zip(*(h.rows for h in on_shared_rounds(histories)), strict=True):
         rows.append({k: float(np.mean([row.get(k, np.nan) for row in group]))
                      for k in group[0]})
     return History(rows)

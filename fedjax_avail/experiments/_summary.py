@@ -36,12 +36,16 @@ def _measures(history: History, setup: Any) -> dict[str, float | None]:
 def summary_row(name, status, results, setup, start, stopped, seeds) -> dict[str, Any]:
     """The summary of one algorithm: its final numbers, averaged over seeds with their std."""
     measures = [_measures(r.history, setup) for r in results]
+    # the rounds each seed completed: a time budget stops each at its own round
+    done = [int(r.history.rows[-1]["round"]) for r in results]
     row: dict[str, Any] = {
         "algorithm": name,
         "status": status,
         "stopped_at_round": stopped,  # the round it diverged in, or was interrupted after
-        "rounds_done": int(results[0].history.rows[-1]["round"]),
+        "rounds_done": min(done),  # the fewest
     }
+    if seeds:
+        row["rounds_done_per_seed"] = done
     for key in measures[0]:
         values = [m[key] for m in measures if m[key] is not None]
         row[key] = float(np.mean(values)) if values else None
@@ -62,9 +66,9 @@ def _cell(value: float | None) -> str:
     return f"{value:.4f}"
 
 
-_STANDARD = ("algorithm", "status", "stopped_at_round", "rounds_done", "final_train_loss",
-             "final_test_accuracy", "amplitude_last_window", "seconds", "compile_seconds",
-             "seeds")
+_STANDARD = ("algorithm", "status", "stopped_at_round", "rounds_done",
+             "rounds_done_per_seed", "final_train_loss", "final_test_accuracy",
+             "amplitude_last_window", "seconds", "compile_seconds", "seeds")
 # The standard columns of the summary table: header -> summary key.
 _COLUMNS = {"train loss": "final_train_loss", "test acc": "final_test_accuracy",
             "amplitude": "amplitude_last_window"}
