@@ -40,6 +40,18 @@ def test_a_fedscale_trace_replays_the_rule_of_its_reference_exactly():
     assert 0.05 < want.mean() < 0.6  # the example has daily on/off cycles, not all or nothing
 
 
+def test_a_fedscale_session_past_finish_time_is_cut_as_the_rule_reads_it():
+    """The rule reads t mod finish_time, so a session's part after finish_time (and a session
+    starting after it) is never read: cut off here, not refused (FedScale's own stored index
+    may stop on such a session instead: module docstring of _fedscale)."""
+    trace = {"a": {"active": [60, 500, 700], "inactive": [120, 650, 800], "finish_time": 600},
+             "b": {"active": [10], "inactive": [50], "finish_time": 100}}
+    process = AV.from_fedscale(trace, num_clients=2, seconds_per_slot=10)
+    slots = range(0, 250)
+    got = AV.sample(process, 2, max(slots) + 1)[list(slots)]
+    np.testing.assert_array_equal(got, reference_masks(trace, 2, 10, slots))
+
+
 def test_boundaries_are_closed_and_the_period_wraps():
     trace = {"a": {"active": [60, 300], "inactive": [120, 300], "finish_time": 600},
              "b": {"active": [], "inactive": [], "finish_time": 100}}
@@ -106,6 +118,12 @@ def test_bad_plain_text_is_refused_naming_the_file_and_line(tmp_path):
     path.write_text("client,begin,end\n0,0,10\n")
     with pytest.raises(ValueError, match=r"missing \['start'\]"):
         AV.Intervals.from_file(path, num_clients=3)
+    lines = tmp_path / "bad.jsonl"
+    for client in ("1.9", "true"):  # not read as client 1
+        lines.write_text('{"client": 0, "start": 0, "end": 5}\n'
+                         f'{{"client": {client}, "start": 0, "end": 5}}\n')
+        with pytest.raises(ValueError, match=r"bad.jsonl line 2: .*is not an integer"):
+            AV.Intervals.from_file(lines, num_clients=3)
 
 
 class _Bomb:
@@ -223,6 +241,18 @@ def test_intervals_a_search_cannot_read_are_refused_naming_the_client(starts, en
     with pytest.raises(ValueError) as error:
         AV.Intervals(np.array(starts, float), np.array(ends, float))
     assert words in str(error.value)
+
+
+@pytest.mark.parametrize("period, words", [
+    (50, "client 0: interval 0 (100, 200) ends after the period 50 s"),
+    ([300, 30], "client 1: interval 0 (0, 40) ends after the period 30 s"),
+])
+def test_an_interval_past_its_period_is_refused(period, words):
+    """The rule reads t mod P: an interval ending after P would never (wholly) be read."""
+    with pytest.raises(ValueError) as error:
+        AV.Intervals.from_lists([[(100, 200)], [(0, 40)]], period=period)
+    assert words in str(error.value)
+    AV.Intervals.from_lists([[(100, 200)], [(0, 40)]], period=200)  # ending at P is read
 
 
 def test_a_million_clients_replay_their_devices():

@@ -9,7 +9,9 @@ study as a pickled dict, one entry per device::
 A device is active at time t (seconds) when some ``a_j <= t mod P <= b_j``
 (``fedscale/cloud/internal/client_metadata.py``, ``ClientMetadata.is_active``; that method
 walks the intervals with a stored index that moves one interval per call, which equals this
-rule when it is called at least once an interval, as FedScale's rounds do). Simulated client
+rule when it is called at least once an interval, as FedScale's rounds do, and the entry's
+sessions end by ``P``; the part of a session after ``P``, which this rule never reads, is cut
+off here, and FedScale's stored index may stop on such a session instead). Simulated client
 i replays the entry ``keys[i % len(keys)]``, the keys in the file's order, as FedScale's
 client manager assigns them (``fedscale/cloud/client_manager.py``, ``register_client``:
 ``self.user_trace_keys[int(clientId) % len(self.user_trace)]``); ``assignment`` picks other
@@ -96,7 +98,10 @@ def _entry(trace: Mapping, key: Any) -> tuple[np.ndarray, np.ndarray, float]:
         check_intervals(starts[None], ends[None])
     except ValueError as error:
         raise ValueError(f"trace[{key!r}]: {str(error).removeprefix('client 0: ')}") from None
-    return starts, ends, period
+    # the rule reads t mod finish_time: a session's part after finish_time is never read, so
+    # it is cut off here (Intervals refuses intervals past their period; module docstring)
+    kept = starts < period
+    return starts[kept], np.minimum(ends[kept], period), period
 
 
 def assigned_keys(devices: Mapping, num_clients: int, assignment: Sequence[Any] | None,

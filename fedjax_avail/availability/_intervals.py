@@ -104,7 +104,8 @@ class Intervals:
 
     Raises:
       ValueError: shapes that are not ``[N, J]`` alike, unsorted or overlapping intervals (the
-        client and interval named), a period <= 0.
+        client and interval named), a period <= 0, an interval that ends after its client's
+        period.
 
     Example:
       >>> Intervals.from_lists([[(0, 3600)], [(1800, 7200)]], period=86400, seconds_per_slot=60)
@@ -131,6 +132,18 @@ class Intervals:
             if period.ndim == 1 and period.shape[0] != starts.shape[0]:
                 raise ValueError(f"period has {period.shape[0]} entries for {starts.shape[0]} "
                                  "clients")
+            # the rule reads t mod P in [0, P): an interval past its client's period would
+            # never be read (a week of intervals with a daily period keeps the first day)
+            periods = np.broadcast_to(period, starts.shape[:1])
+            past = (starts < np.inf) & (ends > periods[:, None])
+            if past.any():
+                i, j = (int(v) for v in np.argwhere(past)[0])
+                raise ValueError(
+                    f"client {i}: interval {j} ({starts[i, j]:g}, {ends[i, j]:g}) ends after the "
+                    f"period {periods[i]:g} s; with a period P every interval must end by P "
+                    "(the rule reads t mod P): split one that runs over into (start, P) and "
+                    "(0, end - P), pass the period the intervals span, or period=None to play "
+                    "them once")
 
     @classmethod
     def from_lists(cls, intervals: Sequence[Sequence[tuple[float, float]]],
@@ -187,7 +200,10 @@ class Intervals:
         per_client: list[list[tuple[float, float]]] = [[] for _ in range(num_clients)]
         for n, record in records:
             try:
-                client = int(record["client"])
+                raw = record["client"]
+                if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                    raise ValueError(f"client {raw!r} is not an integer")
+                client = int(raw)
                 start, end = float(record["start"]), float(record["end"])
             except (KeyError, TypeError, ValueError) as error:
                 raise ValueError(f"{path} line {n}: needs client (an integer), start and end "
