@@ -233,7 +233,7 @@ def _parser() -> argparse.ArgumentParser:
                      metavar="KEY=V1,V2,...",
                      help="run at each value (repeatable: every combination); OUT/metrics.csv "
                           "gets a column per swept setting, the summary each algorithm's best")
-    run.add_argument("--best", default="final_test_accuracy", metavar="CRITERION",
+    run.add_argument("--best", default=None, metavar="CRITERION",
                      help="a sweep's best value: final_test_accuracy (default), "
                           "final_train_loss, or time_to=ACC (least virtual time to ACC)")
     run.add_argument("--separate-programs", action="store_true",
@@ -331,6 +331,11 @@ def _run(args) -> int:
     overrides = _overrides(experiment, args.settings, args.config)
     if args.sweeps:
         experiment = _with_sweeps(experiment, args.sweeps, overrides)
+    if args.best is not None and not isinstance(experiment, experiments.Sweep):
+        raise UserError(f"--best {args.best} picks a sweep's best point, but {experiment.name} "
+                        "is not a sweep: add --sweep KEY=V1,V2,... or leave --best out")
+    if args.best is None:
+        args.best = "final_test_accuracy"
     experiments.criterion(args.best)  # a bad --best is refused before a dry run passes
     if args.checkpoint_seconds is not None:  # named as the flag, before a dry run
         check_value("--checkpoint-seconds", args.checkpoint_seconds, NonNegative)
@@ -358,7 +363,7 @@ def _run(args) -> int:
             a for pair in args.settings for a in ("--set", pair)),
             *(["--config", str(args.config)] if args.config else []),
             *(a for pair in args.sweeps for a in ("--sweep", pair)),
-            *(["--best", args.best] if args.sweeps else []),
+            *(["--best", args.best] if isinstance(experiment, experiments.Sweep) else []),
             *(["--separate-programs"] if args.separate_programs else []),
             *(["--devices", str(args.devices)] if args.devices is not None else []),
             "--out", str(out_dir), "--resume"]
@@ -373,7 +378,7 @@ def _run(args) -> int:
         if label:
             print(f"\n== {label}")
         print(experiments.format_summary(outcome.summary))
-    if args.sweeps:
+    if isinstance(experiment, experiments.Sweep):
         summary = [{"setting": label, **row} for label, o in outcomes.items() for row in o.summary]
         rows = json.loads((out_dir / "summary.json").read_text()) if (
             out_dir / "summary.json").is_file() else summary

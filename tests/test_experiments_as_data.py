@@ -190,6 +190,11 @@ def test_a_bad_best_is_refused_before_anything_runs(best, words, capsys):
     assert words in capsys.readouterr().err
 
 
+def test_best_without_a_sweep_is_refused_not_ignored(capsys):
+    assert cli.main(["run", "--best", "final_train_loss", "--dry-run"]) == 2
+    assert "is not a sweep: add --sweep" in capsys.readouterr().err
+
+
 def test_time_to_accuracy_picks_the_earliest():
     score = experiments.criterion("time_to=0.5")
     fast = History([{"round": 0, "virtual_time": 0.0, "test_accuracy": 0.1},
