@@ -35,6 +35,11 @@ CASES = [
      ["clients must hold at least one client"]),
     ("from_client_arrays keys", lambda: fa.FederatedData.from_client_arrays(
         [{"x": X[:2]}, {"y": Y[:2]}]), ValueError, ["clients[1] has keys ['y']", "['x']"]),
+    ("from_client_arrays dtypes", lambda: fa.FederatedData.from_client_arrays(
+        [{"x": X[:2]}, {"x": X[:2] / 255.0}]), ValueError,
+     ["clients[1]['x'] has dtype float64 but clients[0]'s is uint8"]),
+    ("client_labels fractions", lambda: D.iid(X, Y + 0.5, 20).client_labels(), ValueError,
+     ["arrays['y'] must hold whole-number labels for client_labels", "(dtype float64)"]),
     ("from_client_arrays lengths", lambda: fa.FederatedData.from_client_arrays(
         [{"x": X[:2], "y": Y[:3]}]), ValueError, ["clients[0] arrays differ in length",
                                                    "'x': 2", "'y': 3"]),
@@ -74,7 +79,13 @@ CASES = [
     ("classes_per_client k", lambda: D.classes_per_client(X, Y, 4, k=0), ValueError,
      ["k must be in [1, 10]", "got 0"]),
     ("dirichlet alpha", lambda: D.dirichlet(X, Y, 4, alpha=0.0), ValueError,
-     ["alpha must be > 0", "got 0.0"]),
+     ["alpha must be a finite number > 0", "got 0.0"]),
+    ("dirichlet alpha inf", lambda: D.dirichlet(X, Y, 4, alpha=np.inf), ValueError,
+     ["alpha must be a finite number > 0", "got inf"]),
+    ("one_label_per_client mean nan", lambda: D.one_label_per_client(X, Y, 10, mean=np.nan),
+     ValueError, ["finite mean > 0", "mean=nan"]),
+    ("iid seed", lambda: D.iid(X, Y, 2, seed=-1), ValueError,
+     ["seed must be an integer >= 0", "got -1"]),
     ("dirichlet min_size", lambda: D.dirichlet(X, Y, 4, alpha=1.0, min_size=11), ValueError,
      ["min_size * num_clients = 44", "40"]),
     # tasks
@@ -90,6 +101,11 @@ CASES = [
      ValueError, ["embeddings must have shape [vocab_size, embed_dim] = [5, 25]", "[4, 25]"]),
     ("task input size", sim(task=fa.tasks.logistic_regression(784, 10)), ValueError,
      ["data.arrays['x'] must hold examples of 784 values", "(40, 8, 8)"]),
+    ("task channels first", sim(task=fa.tasks.classification(
+        fa.tasks.LogisticRegression(10), (8, 4, 2)), data=D.iid(
+        X.reshape(40, 2, 8, 4), Y, 20)), ValueError,
+     ["examples of shape (2, 8, 4), but the task reads input_shape (8, 4, 2)",
+      "np.moveaxis(x, 1, -1)"]),
     ("task labels", sim(data=D.iid(X, Y + 1, 20)), ValueError,
      ["labels in [0, 10)", "[1, 10]"]),
     ("task int64 pixels", sim(data=D.iid(X.astype(np.int64), Y, 20)), ValueError,
@@ -261,3 +277,18 @@ def test_a_mesh_with_explicit_axes_is_refused_before_compiling():
     auto = jax.make_mesh((1,), ("clients",), axis_types=(jax.sharding.AxisType.Auto,))
     fa.simulate(fa.testing.quadratic_task(), fd, fa.algorithms.FedAvg(clients_per_round=2),
                 fa.availability.AlwaysOn(), rounds=2, mesh=auto)
+
+
+@pytest.mark.parametrize("shape, ok", [
+    ((28, 28, 1), True), ((28, 28), True), ((784,), True), ((1, 28, 28), True),  # torchvision
+    ((784, 1), True), ((14, 56, 1), False), ((2, 392), False),
+])
+def test_an_image_task_reads_its_shape_flattened_or_with_axes_of_one_moved(shape, ok):
+    """Only axes of size 1 may move: another order of the same values would be scrambled."""
+    task = fa.tasks.classification(fa.tasks.LogisticRegression(10), (28, 28, 1))
+    arrays = {"x": np.zeros((3, *shape), np.uint8), "y": np.zeros(3, np.int32)}
+    if ok:
+        task.validate(arrays, "data")
+    else:
+        with pytest.raises(ValueError, match=r"reorder the axes"):
+            task.validate(arrays, "data")

@@ -74,8 +74,10 @@ class FederatedData:
             ``[m_i, ...]``.
 
         Raises:
-          ValueError: no clients, differing keys, arrays of one client with different lengths, or
-            a client with no examples.
+          ValueError: no clients, differing keys, arrays of one client with different lengths,
+            a client with no examples, or a key whose kind of number differs between clients
+            (unsigned, signed integers, floats...: uint8 images next to float ones would be
+            joined as floats, and the uint8 ones no longer scaled to [0, 1]).
         """
         if len(clients) == 0:
             raise ValueError("clients must hold at least one client, got an empty sequence")
@@ -90,6 +92,14 @@ class FederatedData:
             if len(set(lengths.values())) != 1:
                 raise ValueError(f"clients[{i}] arrays differ in length: {lengths}")
             counts.append(lengths[keys[0]])
+        for k in keys:  # one kind of number per key (int32 next to int64 joins exactly)
+            dtypes = [np.asarray(c[k]).dtype for c in clients]
+            other = next((i for i, d in enumerate(dtypes) if d.kind != dtypes[0].kind), None)
+            if other is not None:
+                raise ValueError(f"clients[{other}][{k!r}] has dtype {dtypes[other]} but "
+                                 f"clients[0]'s is {dtypes[0]}; give every client's {k!r} one "
+                                 "kind of number (uint8 images next to float ones would be "
+                                 "joined as floats and no longer scaled to [0, 1])")
         arrays = {k: np.concatenate([np.asarray(c[k]) for c in clients]) for k in keys}
         return cls._from_counts(arrays, np.asarray(counts))
 
@@ -145,8 +155,21 @@ class FederatedData:
         return {k: np.asarray(v[lo : lo + n]) for k, v in self.arrays.items()}
 
     def client_labels(self, key: str = "y") -> np.ndarray:
-        """``[N]`` the smallest label each client holds (its only label under a one-label split)."""
+        """``[N]`` the smallest label each client holds (its only label under a one-label split).
+
+        Raises:
+          ValueError: labels that are not whole numbers (integers, booleans, or floats without
+            a fraction).
+        """
         labels = np.asarray(self.arrays[key])
+        if np.issubdtype(labels.dtype, np.floating):
+            fractional = labels[labels != np.round(labels)]  # NaN included
+            if fractional.size:
+                raise ValueError(f"arrays[{key!r}] must hold whole-number labels for "
+                                 f"client_labels, got {fractional[0]} (dtype {labels.dtype})")
+        elif not (np.issubdtype(labels.dtype, np.integer) or labels.dtype == bool):
+            raise ValueError(f"arrays[{key!r}] must hold integer labels for client_labels, got "
+                             f"dtype {labels.dtype}")
         return np.minimum.reduceat(labels, np.asarray(self.offsets)).astype(np.int32)
 
     def pooled(self) -> dict[str, np.ndarray]:

@@ -27,10 +27,18 @@ def _check(x: np.ndarray, y: np.ndarray, num_clients: int) -> tuple[np.ndarray, 
     return x, y
 
 
+def _rng(seed: int) -> np.random.Generator:
+    """The partition's generator (``np.random.default_rng(seed)``); a negative integer seed
+    raises ValueError naming ``seed``."""
+    if isinstance(seed, (int, np.integer)) and seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    return np.random.default_rng(seed)
+
+
 def iid(x: np.ndarray, y: np.ndarray, num_clients: int, seed: int = 0) -> FederatedData:
     """Shuffles the examples and deals them into N clients of (almost) equal size."""
     x, y = _check(x, y, num_clients)
-    perm = np.random.default_rng(seed).permutation(len(y))
+    perm = _rng(seed).permutation(len(y))
     ids = np.empty(len(y), np.int64)
     ids[perm] = np.arange(len(y)) * num_clients // len(y)
     return FederatedData.from_arrays({"x": x, "y": y}, ids, num_clients)
@@ -73,9 +81,9 @@ def one_label_per_client(
         )
     mean = len(y) / num_clients if mean is None else mean
     std = len(y) / (6 * num_clients) if std is None else std
-    if mean <= 0 or std < 0:
-        raise ValueError(f"need mean > 0 and std >= 0, got mean={mean}, std={std}")
-    rng = np.random.default_rng(seed)
+    if not (np.isfinite(mean) and np.isfinite(std) and mean > 0 and std >= 0):
+        raise ValueError(f"need finite mean > 0 and std >= 0, got mean={mean}, std={std}")
+    rng = _rng(seed)
     per_label = num_clients // len(labels)
     ids = np.full(len(y), -1, np.int64)
     for j, label in enumerate(labels):
@@ -102,7 +110,7 @@ def classes_per_client(
     labels = np.unique(y)
     if not 1 <= k <= len(labels):
         raise ValueError(f"k must be in [1, {len(labels)}] (the number of labels), got {k}")
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     holders = [[] for _ in labels]
     for i in range(num_clients):
         for j in range(k):
@@ -134,11 +142,11 @@ def dirichlet(
     ``max_tries`` times) until every client has at least ``min_size`` examples.
     """
     x, y = _check(x, y, num_clients)
-    if alpha <= 0:
-        raise ValueError(f"alpha must be > 0, got {alpha}")
+    if not (np.isfinite(alpha) and alpha > 0):
+        raise ValueError(f"alpha must be a finite number > 0, got {alpha}")
     if min_size * num_clients > len(y):
         raise ValueError(f"min_size * num_clients = {min_size * num_clients} exceeds {len(y)}")
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     for _ in range(max_tries):
         ids = np.empty(len(y), np.int64)
         for label in np.unique(y):
@@ -198,7 +206,7 @@ def labels_per_client(
     if not (is_int(min_size) and is_int(max_size) and 1 <= min_size <= max_size):
         raise ValueError(f"min_size and max_size must be integers with 1 <= min_size <= "
                          f"max_size, got {min_size!r} and {max_size!r}")
-    rng = np.random.default_rng(seed)
+    rng = _rng(seed)
     pools = {label: np.flatnonzero(y == label) for label in classes}
     rows, ids = [], []
     for i in range(num_clients):

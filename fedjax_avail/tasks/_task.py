@@ -130,14 +130,21 @@ def classification_task(
     return Task(init=init, loss=loss, metrics=metrics, validate=validate)
 
 
+def _without_ones(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """``shape`` without its axes of size 1."""
+    return tuple(int(d) for d in shape if d != 1)
+
+
 def classification(module: nn.Module, input_shape: tuple[int, ...]) -> Task:
     """A softmax cross-entropy classification task over a Flax module.
 
     The module maps float images ``[B, *input_shape]`` to logits ``[B, classes]``;
     ``batch["x"]`` is normalised by :func:`normalize_images` (uint8 to [0, 1], floats unchanged)
     and ``batch["y"]`` holds int labels ``[B]`` in ``[0, classes)``. ``validate`` rejects labels
-    out of range or not integers, and inputs whose per-example size is not
-    ``prod(input_shape)``.
+    out of range or not integers, and inputs whose examples do not hold ``prod(input_shape)``
+    values; for an ``input_shape`` of several axes, also examples whose axes (those of size 1
+    aside) are not ``input_shape``'s in its order, nor flattened (channels-first images of
+    the same size among them).
     """
     input_shape = tuple(int(d) for d in input_shape)
     dummy = jnp.zeros((1, *input_shape), jnp.float32)
@@ -152,10 +159,23 @@ def classification(module: nn.Module, input_shape: tuple[int, ...]) -> Task:
         x = normalize_images(batch["x"]).reshape((-1, *input_shape))
         return module.apply({"params": params}, x)
 
+    squeezed = _without_ones(input_shape)
+
     def check_inputs(x: np.ndarray, name: str) -> None:
         if x.ndim < 1 or int(np.prod(x.shape[1:])) != size:
             raise ValueError(f"{name}['x'] must hold examples of {size} values (input_shape "
                              f"{input_shape}), got shape {x.shape}")
+        # the same number of values in another order of axes (channels-first images [M, C,
+        # H, W] for (H, W, C)) would be reshaped into scrambled examples; a vector of
+        # features takes any layout, and axes of size 1 may move (torchvision's [M, 1, 28, 28]
+        # for (28, 28, 1))
+        example = _without_ones(x.shape[1:])
+        if len(input_shape) > 1 and example not in (squeezed, (size,)):
+            raise ValueError(
+                f"{name}['x'] has examples of shape {tuple(x.shape[1:])}, but the task reads "
+                f"input_shape {input_shape} (its axes in this order, those of size 1 aside, "
+                f"or flattened to ({size},)): reorder the axes (channels-first images "
+                "[M, C, H, W]: np.moveaxis(x, 1, -1))")
         check_pixels(x, f"{name}['x']")
 
     return classification_task(init, logits, num_classes, check_inputs)
