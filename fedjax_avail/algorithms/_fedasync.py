@@ -40,7 +40,9 @@ class FedAsync(AsyncParts):
       client_lr: eta.
       mixing: alpha in (0, 1].
       staleness: ``"constant"``, ``"polynomial"`` or ``"hinge"``.
-      staleness_a, staleness_b: a and b of the staleness function.
+      staleness_a, staleness_b: a and b of the staleness function (``"polynomial"`` reads
+        a, ``"hinge"`` both, ``"constant"`` neither: a sweep over the functions may keep them
+        fixed).
       mu: proximal coefficient rho >= 0 of the local objective.
       durations, concurrency, history, offline: :class:`AsyncParts` (default
         ``Exponential(1.0)`` durations, every client working).
