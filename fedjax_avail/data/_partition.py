@@ -30,7 +30,7 @@ def _check(x: np.ndarray, y: np.ndarray, num_clients: int) -> tuple[np.ndarray, 
 def _rng(seed: int) -> np.random.Generator:
     """The partition's generator (``np.random.default_rng(seed)``); a negative integer seed
     raises ValueError naming ``seed``."""
-    if isinstance(seed, (int, np.integer)) and seed < 0:
+    if is_int(seed) and seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     return np.random.default_rng(seed)
 
