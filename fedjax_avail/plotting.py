@@ -99,9 +99,12 @@ def wrap_title(title: str, width_inches: float) -> str:
 def _curve(ax, name: str, mean: History, runs: Sequence[History], x: str, column: str,
            style: Mapping[str, object]) -> None:
     """One curve's mean line of ``column`` (in ``style``), and with two or more ``runs``
-    (seeds) their min-max band in the line's colour."""
+    (seeds) their min-max band in the line's colour. A mean of one row (seeds stopped by a
+    time budget share only round 0 when they stop before their next evaluation) is drawn as a
+    point, which a line of one row would not show."""
     xs = _x_values(mean, x)
-    (line,) = ax.plot(xs, mean[column], label=name, lw=1.2, **style)
+    point = {"marker": "o", "ms": 4} if len(xs) == 1 else {}
+    (line,) = ax.plot(xs, mean[column], label=name, lw=1.2, **{**point, **style})
     if len(runs) < 2:
         return
     shared = on_shared_rounds(runs)  # the rounds every seed recorded, as mean_history's

@@ -238,3 +238,13 @@ def test_seeds_stopped_at_their_own_rounds_are_averaged_round_by_round():
     at_shared = [[row["train_loss"] for row in h if row["round"] in shared] for h in histories]
     edges = np.concatenate([np.min(at_shared, 0), np.max(at_shared, 0)])
     assert set(np.round(band[:, 1], 6)) == set(np.round(edges, 6))
+
+
+def test_a_mean_of_one_row_is_drawn_as_a_visible_point():
+    """Seeds a budget stops before their second evaluation share round 0 alone: one row, which
+    a plain line would not draw at all."""
+    one = History([{"round": 0, "train_loss": 2.0, "test_accuracy": 0.1}])
+    figure = plot_histories({"fedavg": one, "fedbuff": _history(1.0)})
+    lines = {line.get_label(): line for line in figure.axes[0].get_lines()}
+    assert lines["fedavg"].get_marker() == "o"
+    assert lines["fedbuff"].get_marker() in ("None", None, "")  # longer curves stay lines
