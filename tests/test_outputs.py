@@ -219,7 +219,7 @@ def test_seeds_stopped_at_their_own_rounds_are_averaged_round_by_round():
                                      client_lr=0.1, durations=fa.clock.Exponential(1.0))
     results = fa.simulate(quadratic_task(2), point_clients(np.arange(16.0).reshape(8, 2)),
                           algorithm, fa.availability.Bernoulli(0.8), rounds=100, seed=[0, 1, 2],
-                          eval_every=10, max_virtual_time=25.0)
+                          eval_every=10, max_virtual_time=30.0)
     histories = [r.history for r in results]
     done = [int(h["round"][-1]) for h in histories]
     assert len(set(done)) > 1  # the seeds stopped at rounds of their own

@@ -5,8 +5,11 @@ The expected times and cohorts come from a plain-Python replay of the rules
 its code.
 """
 
+import dataclasses
 import math
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import point_clients, quadratic_task
@@ -170,3 +173,43 @@ def test_a_budget_must_be_positive():
         fa.simulate(quadratic_task(), point_clients(np.arange(3.0)[:, None]),
                     fa.algorithms.FedAvg(clients_per_round=1), AV.AlwaysOn(), rounds=2,
                     max_virtual_time=0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class _RecordsDraws(fa.selection.Selection):
+    """Clients 0..k-1; records per round the largest of k uniforms from each key a selection
+    may derive from its own (stochastic greedy folds it with each step's index)."""
+
+    rounds: int
+
+    def init(self, params, num_clients):
+        del params, num_clients
+        return jnp.zeros((self.rounds, 7), jnp.float32)
+
+    def select(self, state, context, k):
+        key = context.key
+        keys = [key, *(jax.random.fold_in(key, i) for i in range(4)), *jax.random.split(key)]
+        draws = jnp.stack([jax.random.uniform(each, (k,)).max() for each in keys])
+        cohort = jnp.arange(k, dtype=jnp.int32)
+        return state.at[context.round].set(draws), cohort, context.available[cohort]
+
+
+def test_durations_are_independent_of_the_selections_draws():
+    # The durations' key was once the selection's folded with 1: a round's slowest job was then
+    # a monotone function of stochastic greedy's step-1 draws, coupling who is late, and the
+    # round's time, to who was picked. Every key a selection may derive must now be unrelated.
+    rounds, k = 200, 4
+    alg = fa.algorithms.FedAvg(clients_per_round=k, local_steps=1, batch_size=1,
+                               selection=_RecordsDraws(rounds),
+                               durations=fa.clock.Exponential(1.0))
+    result = fa.simulate(quadratic_task(), point_clients(np.arange(8.0)[:, None]), alg,
+                         AV.AlwaysOn(), rounds=rounds)
+    round_time = np.diff(result.round_metrics["virtual_time"], prepend=0.0)
+    draws = np.asarray(result.state.selection)
+
+    def ranks(x):
+        return np.argsort(np.argsort(x))
+
+    rho = [np.corrcoef(ranks(round_time), ranks(draws[:, j]))[0, 1] for j in range(7)]
+    # independent: each rho ~ N(0, 1/sqrt(199) = 0.07); coupled, a key's rho would be 1
+    assert max(abs(r) for r in rho) < 0.3, rho

@@ -14,8 +14,11 @@ A synchronous algorithm (FedAvg and its variants, FedLaAvg, MIFA) subclasses
 3. **Drop-outs.** A kept client that fails to report (``fa.availability.dropout``) does not
    participate (:func:`~fedjax_avail.algorithms.reported`).
 
-The keys are split as FedAvg always split them: the selection's key and the local batches' key
-are the two halves of the round's key, the durations' key the selection's folded with 1.
+The round's key splits three ways: the selection's key, the local batches' key and the
+durations' key. The durations have a stream of their own because a selection may derive any keys
+from its own (stochastic greedy draws step i's candidates from ``fold_in(key, i)``); under JAX's
+default partitionable Threefry the first two are the halves of a two-way split, as FedAvg always
+split them.
 """
 
 from __future__ import annotations
@@ -139,7 +142,7 @@ class SyncParts(Algorithm):
     def cohort(self, state: Any, inputs: RoundInput, problem: Problem) -> Cohort:
         """Steps 1-3 of the module docstring for ``state`` (its ``params``, ``selection`` and
         ``clock`` fields)."""
-        select_key, train_key = jax.random.split(inputs.key)
+        select_key, train_key, clock_key = jax.random.split(inputs.key, 3)
         context = selection_lib.SelectionContext(select_key, inputs.available, inputs.round,
                                                  state.params, problem)
         chosen, clients, valid = self.selection.select(state.selection, context,
@@ -147,7 +150,7 @@ class SyncParts(Algorithm):
         clock, metrics = state.clock, {}
         timer = self._round_clock()
         if timer is not None:
-            clock, timed = timer.step(state.clock, jax.random.fold_in(select_key, 1), clients,
+            clock, timed = timer.step(state.clock, clock_key, clients,
                                       valid, self.clients_per_round,
                                       _next_slot_start(inputs, state.clock.time[0]))
             clients, valid = timed.cohort, timed.valid
