@@ -143,6 +143,39 @@ def test_unionfl_does_not_repick_recent_clients_while_others_are_left(three_clas
     assert (stamps >= 15).sum() == 25  # the last 5 rounds chose 25 different clients
 
 
+def test_unionfl_counts_a_selected_client_that_did_not_report_as_selected(three_classes):
+    # U_t holds the sets the server selected (eq. 14, L163-L165). A cohort that all dropped out
+    # sent no gradients, so plain greedy, which is deterministic, would pick it again unless
+    # its members pay the penalty.
+    fd, _ = three_classes
+    task = fa.tasks.logistic_regression(64, 10)
+    params = task.init(jax.random.PRNGKey(0))
+    problem = Problem(task, jax.device_put(fd))
+    strategy = S.UnionFL(mu=1e6, window=1, method="greedy")
+    state = strategy.prepare(strategy.init(params, fd.num_clients), params, problem)
+    everyone = jnp.ones(fd.num_clients, bool)
+    cohorts = []
+    for r in range(2):
+        context = SelectionContext(jax.random.PRNGKey(r), everyone, jnp.int32(r), params,
+                                   problem)
+        state, cohort, valid = strategy.select(state, context, 5)
+        assert np.asarray(valid).all()
+        state = strategy.update(state, context, cohort, jnp.zeros(5, bool))  # nobody reported
+        cohorts.append(set(np.asarray(cohort).tolist()))
+    assert not cohorts[0] & cohorts[1]
+    # with the penalty off, the same deterministic greedy repeats the cohort: the test can fail
+    plain = S.UnionFL(mu=0.0, window=1, method="greedy")
+    state = plain.prepare(plain.init(params, fd.num_clients), params, problem)
+    again = []
+    for r in range(2):
+        context = SelectionContext(jax.random.PRNGKey(r), everyone, jnp.int32(r), params,
+                                   problem)
+        state, cohort, _ = plain.select(state, context, 5)
+        state = plain.update(state, context, cohort, jnp.zeros(5, bool))
+        again.append(set(np.asarray(cohort).tolist()))
+    assert again[0] == again[1] == cohorts[0]
+
+
 def test_subtrunc_with_identical_gradients_and_large_b_picks_the_lossiest():
     # G is then constant, and min(b, F) with b huge is F: the k highest phi(f_i) win (fact 6).
     features = jnp.zeros((8, 4))

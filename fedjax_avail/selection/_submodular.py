@@ -81,7 +81,8 @@ class FacilityState(NamedTuple):
     features: jax.Array  # [N, P] float32, each client's latest full-batch gradient
     losses: jax.Array  # [N] float32, each client's latest full-batch loss; NaN if its gradient
     # is not finite (the engine checks vectors every round, not [N, P] tables)
-    last_selected: jax.Array  # [N] int32, the last round it reported in, -1 if never
+    last_selected: jax.Array  # [N] int32, the last round it was selected in (picked while
+    # available, whether it then reported or not: UnionFL's U_t), -1 if never
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +150,9 @@ class DivFL(Selection):
         gain, init, step = self._extra(state, context)
         cohort, valid = greedy(context.key, state.features, context.available, k, r, gain,
                                init, step)
-        return state, cohort, valid
+        stamps = cohort_lib.scatter(state.last_selected, cohort,
+                                    jnp.full(cohort.shape, context.round, jnp.int32), valid)
+        return state._replace(last_selected=stamps), cohort, valid
 
     def _extra(self, state, context):
         """The extra gain of a variant: ``(gain(candidates, carry), carry0, step)``."""
@@ -159,11 +162,9 @@ class DivFL(Selection):
     def update(self, state: FacilityState, context, cohort, valid) -> FacilityState:
         """The members that reported send their gradient at the model they received."""
         grads, losses = full_batch(context.problem, context.params, cohort)
-        return FacilityState(
-            cohort_lib.scatter(state.features, cohort, grads, valid),
-            cohort_lib.scatter(state.losses, cohort, _poison(grads, losses), valid),
-            cohort_lib.scatter(state.last_selected, cohort,
-                               jnp.full(cohort.shape, context.round, jnp.int32), valid))
+        return state._replace(
+            features=cohort_lib.scatter(state.features, cohort, grads, valid),
+            losses=cohort_lib.scatter(state.losses, cohort, _poison(grads, losses), valid))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,8 +233,10 @@ class SubTrunc(DivFL):
 @dataclasses.dataclass(frozen=True)
 class UnionFL(DivFL):
     """DivFL - ``mu * |S cap U_t|``, U_t the clients selected in the last ``window`` rounds
-    (eq. 14, L161), G scaled by ``normalize`` as in :class:`SubTrunc`: maximises
-    ``G(S) / N - mu g_t(S)`` (``"mean"``) or ``G(S) - mu g_t(S)`` (``None``, as written).
+    (eq. 14, L161; the sets S_i the server selected, L163-L165, so a selected client that
+    drops out, misses a deadline or is cut by over-selection counts too), G scaled by
+    ``normalize`` as in :class:`SubTrunc`: maximises ``G(S) / N - mu g_t(S)`` (``"mean"``) or
+    ``G(S) - mu g_t(S)`` (``None``, as written).
     Defaults: the paper's mu = 1, window 5 (Tables I, III; spec 4.6).
 
     The scaling is this project's choice (the paper states none). With ``"mean"`` the penalty
