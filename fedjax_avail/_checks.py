@@ -41,12 +41,14 @@ __all__ = ["Annotated", "ArgumentTypeError", "Count", "Fraction", "Index", "NonN
 
 @dataclasses.dataclass(frozen=True)
 class Range:
-    """The allowed interval of a number: ``[low, high]``, either end open or absent."""
+    """The allowed interval of a number: ``[low, high]``, either end open or absent. Bools are
+    refused (True is not read as 1) unless ``bools`` (a mask that means ids 0 and 1)."""
 
     low: float | None = None
     high: float | None = None
     low_open: bool = False
     high_open: bool = False
+    bools: bool = False
 
     def contains(self, value: Any) -> bool:
         v = np.asarray(value, dtype=np.float64)
@@ -96,6 +98,8 @@ Seed = Annotated[int, Range(0, 2**32, high_open=True)]  # an integer in [0, 2^32
 
 
 def _num(x: float) -> str:
+    if x >= 2**20 and math.log2(x + 1).is_integer():
+        return f"2^{int(math.log2(x + 1))} - 1"
     return f"2^{int(math.log2(x))}" if x >= 2**20 and math.log2(x).is_integer() else f"{x:g}"
 
 
@@ -282,6 +286,9 @@ def _match(value: Any, hint: Any) -> None:
     elif isinstance(base, type):
         if not isinstance(value, base):
             raise _Mismatch(TypeError)
+    if (ranges and not all(r.bools for r in ranges) and value is not None
+            and not isinstance(value, str) and np.asarray(value).dtype.kind == "b"):
+        raise _Mismatch(TypeError)
     for r in ranges:
         if value is not None and not isinstance(value, str) and not r.contains(value):
             raise _Mismatch(ValueError)

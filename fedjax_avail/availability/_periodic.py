@@ -25,7 +25,7 @@ class Periodic:
     makes the digit-0 clients available in rounds 0-99, the others in 100-199, and so on.
     """
 
-    groups: Annotated[np.ndarray, Range(0)]
+    groups: Annotated[np.ndarray, Range(0, 2**31 - 1, bools=True)]  # int32 on the device
     period: Count
 
     def __post_init__(self):
