@@ -98,8 +98,6 @@ Seed = Annotated[int, Range(0, 2**32, high_open=True)]  # an integer in [0, 2^32
 
 
 def _num(x: float) -> str:
-    if x >= 2**20 and math.log2(x + 1).is_integer():
-        return f"2^{int(math.log2(x + 1))} - 1"
     return f"2^{int(math.log2(x))}" if x >= 2**20 and math.log2(x).is_integer() else f"{x:g}"
 
 

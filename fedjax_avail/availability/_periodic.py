@@ -25,7 +25,7 @@ class Periodic:
     makes the digit-0 clients available in rounds 0-99, the others in 100-199, and so on.
     """
 
-    groups: Annotated[np.ndarray, Range(0, 2**31 - 1, bools=True)]  # int32 on the device
+    groups: Annotated[np.ndarray, Range(0, 2**30, bools=True)]  # G fits the device's int32
     period: Count
 
     def __post_init__(self):

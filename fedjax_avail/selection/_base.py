@@ -11,7 +11,7 @@ defaults:
 * ``select(state, context, k) -> (state, cohort [k] int32, valid [k] bool)``: the round's
   cohort, distinct clients, only available ones valid (the others are padding);
 * ``update(state, context, cohort, valid) -> state``: after the round, ``valid`` the members
-  that reported (their stamps, gradients and losses are refreshed); default: unchanged;
+  that reported (e.g. DivFL refreshes their gradients and losses); default: unchanged;
 * ``validate(k, num_clients)``: checks against the cohort size and N (default: none);
 * ``full_batch_passes(k, num_clients)``: the passes over clients' whole data the strategy
   makes, for :func:`fedjax_avail.estimate_memory` (default: none).
