@@ -61,6 +61,9 @@ def _runs(regime: str) -> dict[str, dict]:
                                               scores={}, config=json.loads(
                 (RESULTS / folder / panel(mine[0]["setting"]) / "config.json").read_text())))
             for r in mine:
+                if r[key] in entry["runs"]:  # one folder's rows would silently hide another's
+                    raise ValueError(f"{folder} repeats {name} at {key}={r[key]}, which an "
+                                     "earlier folder holds")
                 entry["runs"][r[key]] = {seed: h for (a, seed), h in histories(
                     f"{folder}/{panel(r['setting'])}").items() if a == name}
                 entry["scores"][r[key]] = r["score"] if r["status"] == "ok" else None
