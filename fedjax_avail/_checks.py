@@ -284,11 +284,10 @@ def _match(value: Any, hint: Any) -> None:
     elif isinstance(base, type):
         if not isinstance(value, base):
             raise _Mismatch(TypeError)
-    if (ranges and not all(r.bools for r in ranges) and value is not None
-            and not isinstance(value, str) and np.asarray(value).dtype.kind == "b"):
-        raise _Mismatch(TypeError)
-    for r in ranges:
-        if value is not None and not isinstance(value, str) and not r.contains(value):
+    if ranges and value is not None and not isinstance(value, str):
+        if np.asarray(value).dtype.kind == "b" and not all(r.bools for r in ranges):
+            raise _Mismatch(TypeError)
+        if not all(r.contains(value) for r in ranges):
             raise _Mismatch(ValueError)
 
 

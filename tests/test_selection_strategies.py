@@ -151,29 +151,25 @@ def test_unionfl_counts_a_selected_client_that_did_not_report_as_selected(three_
     task = fa.tasks.logistic_regression(64, 10)
     params = task.init(jax.random.PRNGKey(0))
     problem = Problem(task, jax.device_put(fd))
-    strategy = S.UnionFL(mu=1e6, window=1, method="greedy")
-    state = strategy.prepare(strategy.init(params, fd.num_clients), params, problem)
     everyone = jnp.ones(fd.num_clients, bool)
-    cohorts = []
-    for r in range(2):
-        context = SelectionContext(jax.random.PRNGKey(r), everyone, jnp.int32(r), params,
-                                   problem)
-        state, cohort, valid = strategy.select(state, context, 5)
-        assert np.asarray(valid).all()
-        state = strategy.update(state, context, cohort, jnp.zeros(5, bool))  # nobody reported
-        cohorts.append(set(np.asarray(cohort).tolist()))
-    assert not cohorts[0] & cohorts[1]
+
+    def two_rounds_nobody_reports(strategy):
+        state = strategy.prepare(strategy.init(params, fd.num_clients), params, problem)
+        cohorts = []
+        for r in range(2):
+            context = SelectionContext(jax.random.PRNGKey(r), everyone, jnp.int32(r), params,
+                                       problem)
+            state, cohort, valid = strategy.select(state, context, 5)
+            assert np.asarray(valid).all()
+            state = strategy.update(state, context, cohort, jnp.zeros(5, bool))
+            cohorts.append(set(np.asarray(cohort).tolist()))
+        return cohorts
+
+    penalised = two_rounds_nobody_reports(S.UnionFL(mu=1e6, window=1, method="greedy"))
+    assert not penalised[0] & penalised[1]
     # with the penalty off, the same deterministic greedy repeats the cohort: the test can fail
-    plain = S.UnionFL(mu=0.0, window=1, method="greedy")
-    state = plain.prepare(plain.init(params, fd.num_clients), params, problem)
-    again = []
-    for r in range(2):
-        context = SelectionContext(jax.random.PRNGKey(r), everyone, jnp.int32(r), params,
-                                   problem)
-        state, cohort, _ = plain.select(state, context, 5)
-        state = plain.update(state, context, cohort, jnp.zeros(5, bool))
-        again.append(set(np.asarray(cohort).tolist()))
-    assert again[0] == again[1] == cohorts[0]
+    plain = two_rounds_nobody_reports(S.UnionFL(mu=0.0, window=1, method="greedy"))
+    assert plain[0] == plain[1] == penalised[0]
 
 
 def test_subtrunc_with_identical_gradients_and_large_b_picks_the_lossiest():
