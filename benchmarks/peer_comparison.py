@@ -173,15 +173,17 @@ class PflSimpleCNN(nn.Module):
     ``fa.tasks.dot_general`` and its pooling ``fa.tasks.max_pool``, as a user's own model gets
     them (XLA:CPU's own convolutions and
     pooling gradients are slow inside loops: ``benchmarks/README.md``); ``pool`` replaces the
-    pooling (``profile_cnn_step.py`` times ``nn.max_pool`` against it)."""
+    pooling (``profile_cnn_step.py`` times ``nn.max_pool`` against it) and ``conv`` the
+    convolutions (``xla_cpu_options.py --workload cnn`` times ``lax.conv_general_dilated``)."""
 
     pool: Any = fa.tasks.max_pool
+    conv: Any = fa.tasks.conv_general_dilated
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         glorot = nn.initializers.xavier_uniform()
         conv = functools.partial(nn.Conv, kernel_init=glorot, padding="VALID",
-                                 conv_general_dilated=fa.tasks.conv_general_dilated)
+                                 conv_general_dilated=self.conv)
         x = nn.relu(conv(32, (3, 3))(x))
         x = nn.relu(conv(64, (3, 3))(x))
         x = self.pool(x, (2, 2), (2, 2)).reshape((x.shape[0], -1))

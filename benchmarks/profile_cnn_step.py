@@ -45,12 +45,14 @@ POOLS = {"flax": nn.max_pool, "ours": fa.tasks.max_pool}
 STEPS = cifar10_shape.LOCAL_STEPS
 
 
-def local_training(pool: Any, clients: int, devices: int = 1) -> tuple[Any, tuple]:
-    """The compiled program (``clients`` x ``STEPS`` SGD steps) and its arguments; with
+def local_training(pool: Any, clients: int, devices: int = 1,
+                   conv: Any = fa.tasks.conv_general_dilated) -> tuple[Any, tuple]:
+    """The compiled program (``clients`` x ``STEPS`` SGD steps) and its arguments, the model's
+    pooling ``pool`` and convolutions ``conv``; with
     ``devices`` > 1 the clients are split over that many devices (each trains its share one
     client at a time), as ``simulate``'s default mesh splits a CPU cohort over the cores
     (``fa.cohort.map_cohort`` under ``fa.mesh.cohort_mesh(devices)``)."""
-    model = PflSimpleCNN(pool=pool)
+    model = PflSimpleCNN(pool=pool, conv=conv)
     key = jax.random.PRNGKey(0)
     params = model.init(key, jnp.zeros((1, *cifar10_shape.IMAGE_SHAPE)))
     x = jax.random.normal(key, (clients, STEPS, cifar10_shape.BATCH_SIZE,

@@ -1,20 +1,34 @@
-"""Benchmark: the quickstart notebook's rounds under XLA:CPU's kernel-library options.
+"""Benchmark: the quickstart notebook's rounds, or a CNN's local steps, under XLA:CPU's options.
 
-The notebook's rounds (FedAvg, FedLaAvg and sequential SGD of MNIST logistic regression, N =
-1000, K = 100, C = 10 local steps of B = 5) are most of its time once the compilation cache
-holds its programs (``compile_cache.py``). Their small batched matmuls run at a fraction of the
-CPU's matmul rate. This benchmark asks whether another of XLA:CPU's dot back ends (YNNPACK, the
-default here; its single-dot mode; XLA's own emitter; XNNPACK; oneDNN) runs them faster. Each
-option runs in a fresh process (``XLA_FLAGS`` is read when JAX starts), the options interleaved
-over ``--repeats`` passes of the list, each pass in another order, so that a drift of the
-machine touches them all. None of these options changes a result beyond float reordering (the
-final training losses are recorded to show it); fast-math options, which do, are left out. An
-option this XLA does not know fails its process; it is recorded as an error and the others run.
+``--workload notebook`` (the default): the quickstart notebook's rounds (FedAvg, FedLaAvg and
+sequential SGD of MNIST logistic regression, N = 1000, K = 100, C = 10 local steps of B = 5)
+are most of its time once the compilation cache holds its programs (``compile_cache.py``).
+Their small batched matmuls run at a fraction of the CPU's matmul rate. This asks whether
+another of XLA:CPU's dot back ends (YNNPACK, the default here; its single-dot mode; XLA's own
+emitter; XNNPACK; oneDNN) runs them faster.
+
+``--workload cnn``: ``profile_cnn_step.py``'s local training of pfl's CIFAR-10 CNN (``--clients``
+x 5 SGD steps of 10 images, the clients split over the CPU devices as ``simulate``'s mesh splits
+a cohort) with its convolutions as ours (``fa.tasks.conv_general_dilated``: matrix products)
+and as XLA's (``lax.conv_general_dilated``, what ``nn.Conv`` calls), under the options that
+hand convolutions to a kernel library (YNNPACK, whose default fusions take them; XNNPACK;
+oneDNN; XLA's older oneDNN rewrites). It asks whether XLA:CPU's own convolution path, given a
+library, beats ours inside loops; ``library_fusions`` counts the compiled program's library
+fusions and calls by kind and ``program`` is a hash of its text, showing whether an option
+took effect at all (where the program is the default's, a difference in time is the
+machine's). ms a step is the best call's (of 10 for ours, 2 for XLA's) over all steps.
+
+Each option runs in a fresh process (``XLA_FLAGS`` is read when JAX starts), the options
+interleaved over ``--repeats`` passes of the list, each pass in another order, so that a drift
+of the machine touches them all. None of these options changes a result beyond float
+reordering (the final training losses, or the trained parameters' sum, are recorded to show
+it); fast-math options, which do, are left out. An option this XLA does not know fails its
+process; it is recorded as an error and the others run.
 
 Usage::
 
-    python benchmarks/xla_cpu_options.py [--rounds 100] [--repeats 2]
-        [--out benchmarks/results/xla_cpu_options.json]
+    python benchmarks/xla_cpu_options.py [--workload notebook|cnn] [--rounds 100]
+        [--clients 2] [--repeats 2] [--out benchmarks/results/xla_cpu_options[_cnn].json]
 """
 
 from __future__ import annotations
@@ -28,22 +42,37 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _common import QUICKSTART_SETUP, REPO_ROOT, default_data_dir, machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+from _common import QUICKSTART_SETUP, default_data_dir, machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
 
-DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "xla_cpu_options.json"
+BENCHMARKS = Path(__file__).resolve().parent
+DEFAULT_OUT = {"notebook": BENCHMARKS / "results" / "xla_cpu_options.json",
+               "cnn": BENCHMARKS / "results" / "xla_cpu_options_cnn.json"}
+NO_YNN = "--xla_cpu_experimental_ynn_fusion_type= "  # XNNPACK and oneDNN fusions need it off
 
-OPTIONS = {  # name -> XLA_FLAGS; the names say what they are on JAX 0.10.2, whose XLA:CPU
-    # fuses dots with YNNPACK by default and XNNPACK or oneDNN only when asked
-    "default (YNNPACK dot fusions)": "",
-    "YNNPACK single dots": "--xla_cpu_experimental_ynn_fusion_type=individual_dot",
-    "XLA's own dot emitter (no YNNPACK fusions)": "--xla_cpu_experimental_ynn_fusion_type=",
-    "XNNPACK dot fusions": "--xla_cpu_experimental_ynn_fusion_type= "
-                           "--xla_cpu_experimental_xnn_fusion_type=dot",
-    "oneDNN dot fusions": "--xla_cpu_experimental_ynn_fusion_type= "
-                          "--xla_cpu_experimental_onednn_fusion_type=dot",
+OPTIONS = {  # workload -> name -> XLA_FLAGS; the names say what they are on JAX 0.10.2, whose
+    # XLA:CPU fuses dots with YNNPACK by default and XNNPACK or oneDNN only when asked
+    "notebook": {
+        "default (YNNPACK dot fusions)": "",
+        "YNNPACK single dots": "--xla_cpu_experimental_ynn_fusion_type=individual_dot",
+        "XLA's own dot emitter (no YNNPACK fusions)": "--xla_cpu_experimental_ynn_fusion_type=",
+        "XNNPACK dot fusions": NO_YNN + "--xla_cpu_experimental_xnn_fusion_type=dot",
+        "oneDNN dot fusions": NO_YNN + "--xla_cpu_experimental_onednn_fusion_type=dot",
+    },
+    "cnn": {  # YNNPACK's default fusions take convolutions too (XLA 0.10.2's compiled HLO)
+        "default (YNNPACK dot, reduction and convolution fusions)": "",
+        "XLA's own emitters (no YNNPACK fusions)": "--xla_cpu_experimental_ynn_fusion_type=",
+        "YNNPACK dot and reduction fusions only": "--xla_cpu_experimental_ynn_fusion_type="
+                                                  "dot,reduce",
+        "XNNPACK convolutions": NO_YNN + "--xla_cpu_experimental_xnn_fusion_type="
+                                         "individual_convolution",
+        "oneDNN convolutions": NO_YNN + "--xla_cpu_experimental_onednn_fusion_type="
+                                        "individual_convolution",
+        "oneDNN custom calls (XLA's older rewrites)": "--xla_cpu_use_onednn=true "
+                                                      "--xla_cpu_experimental_onednn_custom_call=true",
+    },
 }
 
-CELL = """
+NOTEBOOK_CELL = """
 import json, sys
 data_dir = sys.argv[1]
 """ + QUICKSTART_SETUP + """
@@ -58,13 +87,50 @@ for name, algorithm in algorithms.items():
 print(json.dumps(out))
 """
 
+CNN_CELL = """
+import collections, hashlib, json, re, sys, time
+sys.path.insert(0, sys.argv[1])
+import jax
+from jax import lax
+import fedjax_avail as fa
+from profile_cnn_step import STEPS, local_training
+clients = int(sys.argv[2])
+devices = min(clients, len(jax.devices()))
+out = {}
+calls_a_conv = {"ours": 10, "xla": 2}  # XLA's take ~100x longer
+for name, conv in {"ours": fa.tasks.conv_general_dilated, "xla": lax.conv_general_dilated}.items():
+    start = time.perf_counter()
+    compiled, inputs = local_training(fa.tasks.max_pool, clients, devices, conv=conv)
+    params = jax.block_until_ready(compiled(*inputs))
+    compile_s = time.perf_counter() - start
+    calls = []
+    for _ in range(calls_a_conv[name]):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(*inputs))
+        calls.append(time.perf_counter() - start)
+    text = compiled.as_text()
+    kinds = re.findall(r'"kind":"(__\\w+)"|custom_call_target="(__(?:onednn|[xy]nn)[^"]*)"',
+                       text)
+    out[name] = {"ms_per_step": min(calls) / (clients * STEPS) * 1e3, "compile_s": compile_s,
+                 "param_sum": float(sum(leaf.sum() for leaf in jax.tree.leaves(params))),
+                 "library_fusions": dict(collections.Counter(a or b for a, b in kinds)),
+                 "program": hashlib.sha256(text.encode()).hexdigest()[:16]}
+print(json.dumps(out))
+"""
 
-def _cell(flags: str, data_dir: str, rounds: int) -> dict:
-    """The cell's rounds under ``flags``, or ``{"error": ...}`` when the process fails (an XLA
-    that does not know a flag stops at start; the other options still run)."""
+MEASURE = {"notebook": "ms_per_round", "cnn": "ms_per_step"}
+RECORDED = {"notebook": ("ms_per_round", "compile_s", "train_loss"),
+            "cnn": ("ms_per_step", "compile_s", "param_sum")}
+
+
+def _cell(workload: str, flags: str, args: argparse.Namespace) -> dict:
+    """The workload's cell under ``flags``, or ``{"error": ...}`` when the process fails (an
+    XLA that does not know a flag stops at start; the other options still run)."""
     env = {**os.environ, "XLA_FLAGS": flags}
-    done = subprocess.run([sys.executable, "-c", CELL, data_dir, str(rounds)], env=env,
-                          capture_output=True, text=True)
+    command = ([sys.executable, "-c", NOTEBOOK_CELL, args.data_dir, str(args.rounds)]
+               if workload == "notebook"
+               else [sys.executable, "-c", CNN_CELL, str(BENCHMARKS), str(args.clients)])
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode:
         print(f"XLA_FLAGS={flags!r} failed:\n{done.stderr[-1500:]}", file=sys.stderr)
         return {"error": done.stderr[-1500:]}
@@ -73,36 +139,51 @@ def _cell(flags: str, data_dir: str, rounds: int) -> dict:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--workload", choices=sorted(OPTIONS), default="notebook")
+    parser.add_argument("--rounds", type=int, default=100, help="notebook: rounds a run")
+    parser.add_argument("--clients", type=int, default=2,
+                        help="cnn: clients a call (XLA's convolutions take ~0.4 s a step)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--data-dir", default=str(default_data_dir()))
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    return parser.parse_args(argv)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default: results/xla_cpu_options.json (notebook), "
+                        "results/xla_cpu_options_cnn.json (cnn)")
+    args = parser.parse_args(argv)
+    for name in ("rounds", "clients", "repeats"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    args.out = args.out or DEFAULT_OUT[args.workload]
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    names = list(OPTIONS)
+    options = OPTIONS[args.workload]
+    names = list(options)
     runs: dict[str, list[dict]] = {name: [] for name in names}
     for repeat in range(args.repeats):  # each repeat in another order: a drift touches all
         for name in names[repeat % len(names):] + names[:repeat % len(names)]:
-            runs[name].append(_cell(OPTIONS[name], args.data_dir, args.rounds))
+            runs[name].append(_cell(args.workload, options[name], args))
     results = {}
     for name, cells in runs.items():
         done = [cell for cell in cells if "error" not in cell]
-        results[name] = {"xla_flags": OPTIONS[name], "runs": cells}
-        for alg in done[0] if done else ():
-            results[name][alg] = {key: statistics.median(cell[alg][key] for cell in done)
-                                  for key in ("ms_per_round", "compile_s", "train_loss")}
+        results[name] = {"xla_flags": options[name], "runs": cells}
+        for column in done[0] if done else ():
+            results[name][column] = {key: statistics.median(cell[column][key] for cell in done)
+                                     for key in RECORDED[args.workload]}
+            if args.workload == "cnn":  # the compiled program: the same in every process
+                for key in ("library_fusions", "program"):
+                    results[name][column][key] = done[0][column][key]
+    measure = MEASURE[args.workload]
     default = results[names[0]]
-    algorithms = [alg for alg in default if alg not in ("xla_flags", "runs")]
-    print(f"{'option':44s}" + "".join(f"{alg:>22s}" for alg in algorithms))
+    columns = [column for column in default if column not in ("xla_flags", "runs")]
+    print(f"{'option':44s}" + "".join(f"{column:>22s}" for column in columns))
     for name, r in results.items():
-        cells = (f"{r[a]['ms_per_round']:9.2f} ms "
-                 f"({default[a]['ms_per_round'] / r[a]['ms_per_round']:4.2f}x)"
-                 if a in r else f"{'failed':>22s}" for a in algorithms)
+        cells = (f"{r[c][measure]:9.2f} ms ({default[c][measure] / r[c][measure]:4.2f}x)"
+                 if c in r else f"{'failed':>22s}" for c in columns)
         print(f"{name:44s}" + "".join(cells))
-    write_json(args.out, {"benchmark": "xla_cpu_options", "rounds": args.rounds,
+    write_json(args.out, {"benchmark": "xla_cpu_options", "workload": args.workload,
+                          "rounds": args.rounds, "clients": args.clients,
                           "repeats": args.repeats, "date": str(datetime.date.today()),
                           "machine": machine_info(), "results": results})
 

@@ -57,6 +57,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "selection-scaling": speed.selection_scaling,
     "availability-overhead": speed.availability_overhead,
     "xla-cpu-options": speed.xla_cpu_options,
+    "xla-cpu-options-cnn": speed.xla_cpu_options_cnn,
     "profile-cnn-step": speed.profile_cnn_step,
     "before-after": speed.before_after,
     "same-numbers": speed.same_numbers,

@@ -324,6 +324,31 @@ def xla_cpu_options() -> str:
     return table(["XLA:CPU option", *names], body) + f"\n\n{_machine(d)}."
 
 
+def xla_cpu_options_cnn() -> str:
+    """A CNN's local step under XLA:CPU's convolution options, our convolutions against XLA's
+    (`benchmarks/xla_cpu_options.py --workload cnn`)."""
+    d = _load("xla_cpu_options_cnn.json")
+    first: dict[tuple[str, str], str] = {}  # (convolution, program) -> the first option's name
+
+    def cell(option: str, r: dict, conv: str) -> str:
+        if conv not in r:
+            return "failed"
+        same = first.setdefault((conv, r[conv]["program"]), option.split(" (")[0])
+        if same != option.split(" (")[0]:
+            return f"{r[conv]['ms_per_step']:.1f} ms (the program of \"{same}\")"
+        fused = ", ".join(f"{n} {kind.strip('_').removesuffix('_fusion')}"
+                          for kind, n in sorted(r[conv]["library_fusions"].items()))
+        return f"{r[conv]['ms_per_step']:.1f} ms ({fused or 'no library fusions'})"
+
+    body = [[option, cell(option, r, "ours"), cell(option, r, "xla")]
+            for option, r in d["results"].items()]
+    return (table(["XLA:CPU option", "ours (matrix products)", "XLA's convolutions"], body)
+            + f"\n\nA step of pfl's CIFAR-10 CNN, {d['clients']} clients x 5 steps of 10 "
+            f"images split over the CPU devices, median over {d['repeats']} processes of the "
+            f"best call; in brackets, the compiled program's library fusions, or the option "
+            f"whose program it is; {_machine(d)}.")
+
+
 def same_numbers() -> str:
     """Which settings give bit-identical results before and after a change."""
     d = _load("same_numbers.json")
