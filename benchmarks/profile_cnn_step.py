@@ -47,8 +47,8 @@ STEPS = cifar10_shape.LOCAL_STEPS
 
 def local_training(pool: Any, clients: int, devices: int = 1,
                    conv: Any = fa.tasks.conv_general_dilated) -> tuple[Any, tuple]:
-    """The compiled program (``clients`` x ``STEPS`` SGD steps) and its arguments, the model's
-    pooling ``pool`` and convolutions ``conv``; with
+    """The compiled program (``clients`` x ``STEPS`` SGD steps of a model whose pooling is
+    ``pool`` and whose convolutions are ``conv``) and its arguments; with
     ``devices`` > 1 the clients are split over that many devices (each trains its share one
     client at a time), as ``simulate``'s default mesh splits a CPU cohort over the cores
     (``fa.cohort.map_cohort`` under ``fa.mesh.cohort_mesh(devices)``)."""

@@ -10,13 +10,15 @@ emitter; XNNPACK; oneDNN) runs them faster.
 ``--workload cnn``: ``profile_cnn_step.py``'s local training of pfl's CIFAR-10 CNN (``--clients``
 x 5 SGD steps of 10 images, the clients split over the CPU devices as ``simulate``'s mesh splits
 a cohort) with its convolutions as ours (``fa.tasks.conv_general_dilated``: matrix products)
-and as XLA's (``lax.conv_general_dilated``, what ``nn.Conv`` calls), under the options that
-hand convolutions to a kernel library (YNNPACK, whose default fusions take them; XNNPACK;
-oneDNN; XLA's older oneDNN rewrites). It asks whether XLA:CPU's own convolution path, given a
-library, beats ours inside loops; ``library_fusions`` counts the compiled program's library
-fusions and calls by kind and ``program`` is a hash of its text, showing whether an option
-took effect at all (where the program is the default's, a difference in time is the
-machine's). ms a step is the best call's (of 10 for ours, 2 for XLA's) over all steps.
+and as XLA's (``lax.conv_general_dilated``, what ``nn.Conv`` calls), under XLA's own emitters,
+YNNPACK's fusions with and without their defaults beyond dots and reductions, and the options
+that hand convolutions to XNNPACK or oneDNN. It asks whether XLA:CPU's own convolution path,
+given a kernel library, beats ours inside loops. Each row records what was compiled: the
+program's library fusions and calls by kind, its convolutions inside a library fusion or call
+and outside (XLA's own emitter), and a hash of its text, which shows whether an option took
+effect at all (where two rows compile one program, their times differ by the machine's noise
+alone). ms a step is the best call's (of 10 for ours, 2 for XLA's) over all steps; the compile
+time excludes the first call.
 
 Each option runs in a fresh process (``XLA_FLAGS`` is read when JAX starts), the options
 interleaved over ``--repeats`` passes of the list, each pass in another order, so that a drift
@@ -34,15 +36,21 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime
+import hashlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 from _common import QUICKSTART_SETUP, default_data_dir, machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+from peers import cifar10_shape
 
 BENCHMARKS = Path(__file__).resolve().parent
 DEFAULT_OUT = {"notebook": BENCHMARKS / "results" / "xla_cpu_options.json",
@@ -58,17 +66,17 @@ OPTIONS = {  # workload -> name -> XLA_FLAGS; the names say what they are on JAX
         "XNNPACK dot fusions": NO_YNN + "--xla_cpu_experimental_xnn_fusion_type=dot",
         "oneDNN dot fusions": NO_YNN + "--xla_cpu_experimental_onednn_fusion_type=dot",
     },
-    "cnn": {  # YNNPACK's default fusions take convolutions too (XLA 0.10.2's compiled HLO)
-        "default (YNNPACK dot, reduction and convolution fusions)": "",
+    "cnn": {
+        "default (YNNPACK fusions)": "",
         "XLA's own emitters (no YNNPACK fusions)": "--xla_cpu_experimental_ynn_fusion_type=",
-        "YNNPACK dot and reduction fusions only": "--xla_cpu_experimental_ynn_fusion_type="
-                                                  "dot,reduce",
-        "XNNPACK convolutions": NO_YNN + "--xla_cpu_experimental_xnn_fusion_type="
-                                         "individual_convolution",
-        "oneDNN convolutions": NO_YNN + "--xla_cpu_experimental_onednn_fusion_type="
-                                        "individual_convolution",
-        "oneDNN custom calls (XLA's older rewrites)": "--xla_cpu_use_onednn=true "
-                                                      "--xla_cpu_experimental_onednn_custom_call=true",
+        "YNNPACK dot and reduction fusions only":
+            "--xla_cpu_experimental_ynn_fusion_type=dot,reduce",
+        "XNNPACK convolutions":
+            NO_YNN + "--xla_cpu_experimental_xnn_fusion_type=individual_convolution",
+        "oneDNN convolutions":
+            NO_YNN + "--xla_cpu_experimental_onednn_fusion_type=individual_convolution",
+        "oneDNN custom calls (XLA's older rewrites)":
+            "--xla_cpu_use_onednn=true --xla_cpu_experimental_onednn_custom_call=true",
     },
 }
 
@@ -87,40 +95,76 @@ for name, algorithm in algorithms.items():
 print(json.dumps(out))
 """
 
+# a fresh process runs _cnn_cell (this module imports no JAX backend before XLA_FLAGS is read)
 CNN_CELL = """
-import collections, hashlib, json, re, sys, time
+import json, sys
 sys.path.insert(0, sys.argv[1])
-import jax
-from jax import lax
-import fedjax_avail as fa
-from profile_cnn_step import STEPS, local_training
-clients = int(sys.argv[2])
-devices = min(clients, len(jax.devices()))
-out = {}
-calls_a_conv = {"ours": 10, "xla": 2}  # XLA's take ~100x longer
-for name, conv in {"ours": fa.tasks.conv_general_dilated, "xla": lax.conv_general_dilated}.items():
-    start = time.perf_counter()
-    compiled, inputs = local_training(fa.tasks.max_pool, clients, devices, conv=conv)
-    params = jax.block_until_ready(compiled(*inputs))
-    compile_s = time.perf_counter() - start
-    calls = []
-    for _ in range(calls_a_conv[name]):
-        start = time.perf_counter()
-        jax.block_until_ready(compiled(*inputs))
-        calls.append(time.perf_counter() - start)
-    text = compiled.as_text()
-    kinds = re.findall(r'"kind":"(__\\w+)"|custom_call_target="(__(?:onednn|[xy]nn)[^"]*)"',
-                       text)
-    out[name] = {"ms_per_step": min(calls) / (clients * STEPS) * 1e3, "compile_s": compile_s,
-                 "param_sum": float(sum(leaf.sum() for leaf in jax.tree.leaves(params))),
-                 "library_fusions": dict(collections.Counter(a or b for a, b in kinds)),
-                 "program": hashlib.sha256(text.encode()).hexdigest()[:16]}
-print(json.dumps(out))
+from xla_cpu_options import _cnn_cell
+print(json.dumps(_cnn_cell(int(sys.argv[2]))))
 """
+TIMED_CALLS = {"ours": 10, "xla": 2}  # a step with XLA's convolutions takes ~100x longer
+
+
+def _cnn_cell(clients: int) -> dict[str, dict[str, Any]]:
+    """``profile_cnn_step.py``'s local training of ``clients`` clients (split over the CPU
+    devices) with our convolutions and with XLA's: per convolution, ms a step (the best of
+    ``TIMED_CALLS`` calls), the compile time, the trained parameters' sum, the compiled
+    program's library fusions and calls by kind, its convolutions inside and outside them
+    (:func:`_convolutions`) and a hash of its text."""
+    import jax
+    from jax import lax
+    from profile_cnn_step import STEPS, local_training
+
+    import fedjax_avail as fa
+
+    devices = min(clients, len(jax.devices()))
+    out = {}
+    for name, conv in {"ours": fa.tasks.conv_general_dilated,
+                       "xla": lax.conv_general_dilated}.items():
+        start = time.perf_counter()
+        compiled, inputs = local_training(fa.tasks.max_pool, clients, devices, conv=conv)
+        compile_s = time.perf_counter() - start
+        params = jax.block_until_ready(compiled(*inputs))
+        calls = []
+        for _ in range(TIMED_CALLS[name]):
+            start = time.perf_counter()
+            jax.block_until_ready(compiled(*inputs))
+            calls.append(time.perf_counter() - start)
+        text = compiled.as_text()
+        kinds = re.findall(r'"kind":"(__\w+)"|custom_call_target="(__(?:onednn|[xy]nn)[^"]*)"',
+                           text)
+        out[name] = {"ms_per_step": min(calls) / (clients * STEPS) * 1e3,
+                     "compile_s": compile_s,
+                     "param_sum": float(sum(leaf.sum() for leaf in jax.tree.leaves(params))),
+                     "library_fusions": dict(collections.Counter(a or b for a, b in kinds)),
+                     "convolutions": _convolutions(text),
+                     "program": hashlib.sha256(text.encode()).hexdigest()[:16]}
+    return out
+
+
+def _convolutions(hlo: str) -> dict[str, int]:
+    """The ``convolution`` instructions of a compiled program's text: ``"library"``, those in a
+    computation a library fusion calls (and oneDNN's convolution calls), ``"xla"`` the rest
+    (XLA's own emitter)."""
+    counts: dict[str, int] = {}
+    computation = None
+    for line in hlo.splitlines():
+        header = re.match(r"(?:ENTRY )?(%[\w.-]+) \(", line)
+        if header:
+            computation = header.group(1)
+            counts[computation] = 0
+        elif computation is not None and " convolution(" in line:
+            counts[computation] += 1
+    fused = set(re.findall(r'calls=(%[\w.-]+)[^\n]*"kind":"__', hlo))
+    in_library = sum(n for name, n in counts.items() if name in fused)
+    onednn = len(re.findall(r'custom_call_target="__onednn\$conv', hlo))
+    return {"library": in_library + onednn, "xla": sum(counts.values()) - in_library}
+
 
 MEASURE = {"notebook": "ms_per_round", "cnn": "ms_per_step"}
-RECORDED = {"notebook": ("ms_per_round", "compile_s", "train_loss"),
+RECORDED = {"notebook": ("ms_per_round", "compile_s", "train_loss"),  # medians over processes
             "cnn": ("ms_per_step", "compile_s", "param_sum")}
+PROGRAM = ("library_fusions", "convolutions", "program")  # cnn: what was compiled
 
 
 def _cell(workload: str, flags: str, args: argparse.Namespace) -> dict:
@@ -142,7 +186,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workload", choices=sorted(OPTIONS), default="notebook")
     parser.add_argument("--rounds", type=int, default=100, help="notebook: rounds a run")
     parser.add_argument("--clients", type=int, default=2,
-                        help="cnn: clients a call (XLA's convolutions take ~0.4 s a step)")
+                        help="cnn: clients a call (with XLA's convolutions a step takes over "
+                        "1 s on 2 cores)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--data-dir", default=str(default_data_dir()))
     parser.add_argument("--out", type=Path, default=None,
@@ -171,9 +216,11 @@ def main(argv: list[str] | None = None) -> None:
         for column in done[0] if done else ():
             results[name][column] = {key: statistics.median(cell[column][key] for cell in done)
                                      for key in RECORDED[args.workload]}
-            if args.workload == "cnn":  # the compiled program: the same in every process
-                for key in ("library_fusions", "program"):
-                    results[name][column][key] = done[0][column][key]
+            for key in PROGRAM if args.workload == "cnn" else ():
+                # one option compiles one program; None where the processes' differed
+                values = [cell[column][key] for cell in done]
+                results[name][column][key] = (values[0] if all(v == values[0] for v in values)
+                                              else None)
     measure = MEASURE[args.workload]
     default = results[names[0]]
     columns = [column for column in default if column not in ("xla_flags", "runs")]
@@ -182,8 +229,10 @@ def main(argv: list[str] | None = None) -> None:
         cells = (f"{r[c][measure]:9.2f} ms ({default[c][measure] / r[c][measure]:4.2f}x)"
                  if c in r else f"{'failed':>22s}" for c in columns)
         print(f"{name:44s}" + "".join(cells))
-    write_json(args.out, {"benchmark": "xla_cpu_options", "workload": args.workload,
-                          "rounds": args.rounds, "clients": args.clients,
+    setting = ({"rounds": args.rounds} if args.workload == "notebook" else
+               {"clients": args.clients, "steps_per_client": cifar10_shape.LOCAL_STEPS,
+                "batch_size": cifar10_shape.BATCH_SIZE})
+    write_json(args.out, {"benchmark": "xla_cpu_options", "workload": args.workload, **setting,
                           "repeats": args.repeats, "date": str(datetime.date.today()),
                           "machine": machine_info(), "results": results})
 

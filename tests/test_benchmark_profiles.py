@@ -135,3 +135,39 @@ def test_operation_times_on_a_cpu_trace():
     ops = operation_times(events, DEFINITIONS, per=1, top=5, accelerator=False)
     assert ops == [{"op": "gemm", "hlo": DEFINITIONS["jit_run", "gemm"], "ms": 0.1, "calls": 2},
                    {"op": "fusion.1", "hlo": "f32[4]{0} fusion", "ms": 0.02, "calls": 1}]
+
+
+def test_convolution_counts_tell_library_fusions_from_xla_emitter():
+    """``xla_cpu_options.py --workload cnn`` says where a program's convolutions run: those in
+    a computation a library fusion calls (or oneDNN's convolution calls) against XLA's own, on
+    a compiled program's text and on a synthetic one."""
+    from xla_cpu_options import _convolutions
+
+    text = "\n".join([
+        "%fused_computation (p0: f32[1,4,4,1], p1: f32[3,3,1,2]) -> f32[1,2,2,2] {",
+        "  ROOT %convolution.2 = f32[1,2,2,2]{3,2,1,0} convolution(%p0, %p1), window={size=3x3}",
+        "}",
+        "%fused_computation.1 (p0.1: f32[1,4,4,1]) -> f32[1,4,4,1] {",
+        "  ROOT %negate = f32[1,4,4,1]{3,2,1,0} negate(%p0.1)",
+        "}",
+        "ENTRY %main.9 (x: f32[1,4,4,1], k: f32[3,3,1,2]) -> f32[1,2,2,2] {",
+        '  %ynn_fusion = f32[1,2,2,2]{3,2,1,0} fusion(%x, %k), kind=kCustom, '
+        'calls=%fused_computation, backend_config={"fusion_config":{"kind":"__ynn_fusion"}}',
+        "  %neg = f32[1,4,4,1]{3,2,1,0} fusion(%x), kind=kLoop, calls=%fused_computation.1",
+        "  %c = f32[1,2,2,2]{3,2,1,0} convolution(%neg, %k), window={size=3x3}",
+        '  %d = f32[1,2,2,2]{3,2,1,0} custom-call(%x, %k), '
+        'custom_call_target="__onednn$convolution"',
+        "  ROOT %e = f32[1,2,2,2]{3,2,1,0} convolution(%c, %k), window={size=1x1}",
+        "}",
+    ])
+    assert _convolutions(text) == {"library": 2, "xla": 2}
+    assert _convolutions(text.replace('"kind":"__ynn_fusion"', '"kind":"other"')) == {
+        "library": 1, "xla": 3}
+
+    def conv(x, k):
+        return jax.lax.conv_general_dilated(x, k, (1, 1), "VALID",
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    compiled = jax.jit(conv).lower(jnp.ones((1, 6, 6, 2)), jnp.ones((3, 3, 2, 4))).compile()
+    counts = _convolutions(compiled.as_text())
+    assert counts["library"] + counts["xla"] == 1

@@ -333,19 +333,24 @@ def xla_cpu_options_cnn() -> str:
     def cell(option: str, r: dict, conv: str) -> str:
         if conv not in r:
             return "failed"
-        same = first.setdefault((conv, r[conv]["program"]), option.split(" (")[0])
-        if same != option.split(" (")[0]:
-            return f"{r[conv]['ms_per_step']:.1f} ms (the program of \"{same}\")"
+        time = f"{r[conv]['ms_per_step']:.1f} ms"
+        same = first.setdefault((conv, r[conv]["program"]), option)
+        if r[conv]["program"] is not None and same != option:
+            return f"{time} (the program of \"{same.split(' (')[0]}\")"
         fused = ", ".join(f"{n} {kind.strip('_').removesuffix('_fusion')}"
                           for kind, n in sorted(r[conv]["library_fusions"].items()))
-        return f"{r[conv]['ms_per_step']:.1f} ms ({fused or 'no library fusions'})"
+        convs = r[conv]["convolutions"]
+        where = (f"; convolutions: {convs['library']} in them, {convs['xla']} XLA's"
+                 if convs["library"] + convs["xla"] else "")
+        return f"{time} ({fused or 'no library fusions'}{where})"
 
     body = [[option, cell(option, r, "ours"), cell(option, r, "xla")]
             for option, r in d["results"].items()]
     return (table(["XLA:CPU option", "ours (matrix products)", "XLA's convolutions"], body)
-            + f"\n\nA step of pfl's CIFAR-10 CNN, {d['clients']} clients x 5 steps of 10 "
-            f"images split over the CPU devices, median over {d['repeats']} processes of the "
-            f"best call; in brackets, the compiled program's library fusions, or the option "
+            + f"\n\nA step of pfl's CIFAR-10 CNN, {d['clients']} clients x "
+            f"{d['steps_per_client']} steps of {d['batch_size']} images split over the CPU "
+            f"devices, median over {d['repeats']} processes of the best call; in brackets, the "
+            "compiled program's library fusions and where its convolutions run, or the option "
             f"whose program it is; {_machine(d)}.")
 
 

@@ -5,9 +5,10 @@ and the rounds' ``lax.scan``. Inside a loop body XLA:CPU compiles a convolution 
 gradients to its generic emitter instead of Eigen's kernels (layout assignment cannot give
 them Eigen's layouts there; jax-ml/jax#12868). pfl's CIFAR-10 CNN (two 3 x 3 convolutions) took
 444 ms an SGD step on 10 images in a ``scan`` against 46 ms outside one, on 2 cores. XLA's
-kernel-library options do not change that: under each of JAX 0.10.2's (YNNPACK, XNNPACK,
-oneDNN) a step of its local training took 90-160 times this module's
-(``benchmarks/xla_cpu_options.py --workload cnn``).
+kernel-library options do not make them fast there: split over a device per core, a step of
+that CNN's local training took 97-164 times this module's under each of six options of JAX
+0.10.2 (YNNPACK's default fusions take two of its five convolutions, the others none;
+``benchmarks/xla_cpu_options.py --workload cnn``).
 
 :func:`conv_general_dilated` computes a unit-stride NHWC/HWIO convolution as a matrix product
 instead: the ``KH x KW`` shifted windows of the (padded) images side by side, ``[B, H', W',
