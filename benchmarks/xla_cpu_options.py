@@ -109,8 +109,8 @@ def _cnn_cell(clients: int) -> dict[str, dict[str, Any]]:
     """``profile_cnn_step.py``'s local training of ``clients`` clients (split over the CPU
     devices) with our convolutions and with XLA's: per convolution, ms a step (the best of
     ``TIMED_CALLS`` calls), the compile time, the trained parameters' sum, the compiled
-    program's library fusions and calls by kind, its convolutions inside and outside them
-    (:func:`_convolutions`) and a hash of its text."""
+    program's library fusions and calls by kind and its convolutions inside and outside them
+    (:func:`_library_use`), and a hash of its text."""
     import jax
     from jax import lax
     from profile_cnn_step import STEPS, local_training
@@ -131,21 +131,19 @@ def _cnn_cell(clients: int) -> dict[str, dict[str, Any]]:
             jax.block_until_ready(compiled(*inputs))
             calls.append(time.perf_counter() - start)
         text = compiled.as_text()
-        kinds = re.findall(r'"kind":"(__\w+)"|custom_call_target="(__(?:onednn|[xy]nn)[^"]*)"',
-                           text)
         out[name] = {"ms_per_step": min(calls) / (clients * STEPS) * 1e3,
                      "compile_s": compile_s,
                      "param_sum": float(sum(leaf.sum() for leaf in jax.tree.leaves(params))),
-                     "library_fusions": dict(collections.Counter(a or b for a, b in kinds)),
-                     "convolutions": _convolutions(text),
+                     **_library_use(text),
                      "program": hashlib.sha256(text.encode()).hexdigest()[:16]}
     return out
 
 
-def _convolutions(hlo: str) -> dict[str, int]:
-    """The ``convolution`` instructions of a compiled program's text: ``"library"``, those in a
-    computation a library fusion calls (and oneDNN's convolution calls), ``"xla"`` the rest
-    (XLA's own emitter)."""
+def _library_use(hlo: str) -> dict[str, dict[str, int]]:
+    """What a compiled program's text hands to kernel libraries: ``"library_fusions"``, its
+    library fusions and calls by kind; ``"convolutions"``, its ``convolution`` instructions
+    in a computation a library fusion calls (and oneDNN's convolution calls, ``"library"``)
+    and the rest (XLA's own emitter, ``"xla"``)."""
     counts: dict[str, int] = {}
     computation = None
     for line in hlo.splitlines():
@@ -155,16 +153,19 @@ def _convolutions(hlo: str) -> dict[str, int]:
             counts[computation] = 0
         elif computation is not None and " convolution(" in line:
             counts[computation] += 1
+    kinds = re.findall(r'"kind":"(__\w+)"|custom_call_target="(__(?:onednn|[xy]nn)[^"]*)"', hlo)
     fused = set(re.findall(r'calls=(%[\w.-]+)[^\n]*"kind":"__', hlo))
     in_library = sum(n for name, n in counts.items() if name in fused)
-    onednn = len(re.findall(r'custom_call_target="__onednn\$conv', hlo))
-    return {"library": in_library + onednn, "xla": sum(counts.values()) - in_library}
+    onednn = sum(kind.startswith("__onednn$conv") for _, kind in kinds)
+    return {"library_fusions": dict(collections.Counter(a or b for a, b in kinds)),
+            "convolutions": {"library": in_library + onednn,
+                             "xla": sum(counts.values()) - in_library}}
 
 
 MEASURE = {"notebook": "ms_per_round", "cnn": "ms_per_step"}
 RECORDED = {"notebook": ("ms_per_round", "compile_s", "train_loss"),  # medians over processes
             "cnn": ("ms_per_step", "compile_s", "param_sum")}
-PROGRAM = ("library_fusions", "convolutions", "program")  # cnn: what was compiled
+PROGRAM = {"notebook": (), "cnn": ("library_fusions", "convolutions", "program")}  # compiled
 
 
 def _cell(workload: str, flags: str, args: argparse.Namespace) -> dict:
@@ -216,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
         for column in done[0] if done else ():
             results[name][column] = {key: statistics.median(cell[column][key] for cell in done)
                                      for key in RECORDED[args.workload]}
-            for key in PROGRAM if args.workload == "cnn" else ():
+            for key in PROGRAM[args.workload]:
                 # one option compiles one program; None where the processes' differed
                 values = [cell[column][key] for cell in done]
                 results[name][column][key] = (values[0] if all(v == values[0] for v in values)

@@ -137,11 +137,14 @@ def test_operation_times_on_a_cpu_trace():
                    {"op": "fusion.1", "hlo": "f32[4]{0} fusion", "ms": 0.02, "calls": 1}]
 
 
-def test_convolution_counts_tell_library_fusions_from_xla_emitter():
+def test_library_use_tells_library_fusions_from_xla_emitter():
     """``xla_cpu_options.py --workload cnn`` says where a program's convolutions run: those in
     a computation a library fusion calls (or oneDNN's convolution calls) against XLA's own, on
     a compiled program's text and on a synthetic one."""
-    from xla_cpu_options import _convolutions
+    from xla_cpu_options import _library_use
+
+    def _convolutions(hlo: str) -> dict[str, int]:
+        return _library_use(hlo)["convolutions"]
 
     text = "\n".join([
         "%fused_computation (p0: f32[1,4,4,1], p1: f32[3,3,1,2]) -> f32[1,2,2,2] {",
@@ -161,6 +164,8 @@ def test_convolution_counts_tell_library_fusions_from_xla_emitter():
         "}",
     ])
     assert _convolutions(text) == {"library": 2, "xla": 2}
+    assert _library_use(text)["library_fusions"] == {"__ynn_fusion": 1,
+                                                     "__onednn$convolution": 1}
     assert _convolutions(text.replace('"kind":"__ynn_fusion"', '"kind":"other"')) == {
         "library": 1, "xla": 3}
 
