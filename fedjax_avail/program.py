@@ -90,7 +90,13 @@ class RoundProgram:
             alg = runs_lib.bind(algorithm, hyper)  # this run's hyperparameter values
             timeline = Timeline(availability, keys, slot_length)
             start = alg.virtual_time(alg_state)
-            cursor = timeline.at(cursor, r if start is None else timeline.slot_of(start))
+            if start is None:  # one slot a round
+                slot = r
+            elif algorithm.moves_time:  # its clock moves through the slots: its cursor stands
+                slot = jnp.where(cursor.slot < 0, timeline.slot_of(start), cursor.slot)
+            else:  # a round reads the slot of its start time
+                slot = timeline.slot_of(start)
+            cursor = timeline.at(cursor, slot)
             now = timeline.start_of(r) if start is None else start  # when the round starts
             mask = cursor.mask
             reports = reports_of(availability, mask, r, _keys.availability_key(keys, r))

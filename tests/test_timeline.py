@@ -4,6 +4,7 @@ arrive, every row on the virtual-time axis."""
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import point_clients, quadratic_task
@@ -112,6 +113,86 @@ def test_the_clock_matches_an_event_driven_reference(offline):
     np.testing.assert_allclose(m["virtual_time"], [e[0] for e in expected], rtol=1e-5)
     assert m["applied_clients"].tolist() == [e[1] for e in expected]
     assert m["applied_staleness"].tolist() == [e[2] for e in expected]
+
+
+@pytest.mark.parametrize("offline", ["lost", "late"])
+@pytest.mark.parametrize("k", [1, 3])
+def test_the_clock_matches_the_reference_when_jobs_finish_together(offline, k):
+    # Durations of half slots: jobs finish together, and on slot ends. Before, the K jobs an
+    # update completes were the first in slot order, not client order, among equal finish
+    # times, and when an update came at a slot's end the jobs finishing with it were read
+    # against the next slot (lost or delayed if their client was off there).
+    n, updates = 9, 60
+    rng = np.random.default_rng(k)
+    table = rng.random((400, n)) < 0.7
+    duration = rng.choice([0.5, 1.0, 1.5], n)
+    expected = simulate_events(table, duration, k, updates, offline)
+    alg = fa.algorithms.KAsyncSGD(clients_per_round=k, batch_size=1, client_lr=0.1,
+                                  offline=offline, history=None,
+                                  durations=fa.clock.Constant(1.0, speed=1 / duration))
+    m = fa.simulate(quadratic_task(), point_clients(np.arange(float(n))[:, None]), alg,
+                    AV.Trace(table), rounds=updates).round_metrics
+    assert m["applied_clients"].tolist() == [e[1] for e in expected]
+    assert m["applied_staleness"].tolist() == [e[2] for e in expected]
+    np.testing.assert_allclose(m["virtual_time"], [e[0] for e in expected], rtol=1e-6)
+
+
+@pytest.mark.parametrize("offline, slot_length, seed", [("late", 0.3, 0), ("lost", 0.7, 11)])
+def test_virtual_time_never_goes_back_when_updates_land_on_slot_ends(offline, slot_length,
+                                                                     seed):
+    # Durations in thirds of a slot whose float32 length is inexact: an update summed to an ulp
+    # past a slot's end was followed by one at that end, an ulp earlier.
+    durations = np.array([3, 2, 2, 1]) * slot_length / 3
+    alg = fa.algorithms.KAsyncSGD(clients_per_round=2, batch_size=1, client_lr=0.1,
+                                  offline=offline, history=None,
+                                  durations=fa.clock.Constant(1.0, speed=1 / durations))
+    m = fa.simulate(quadratic_task(), point_clients(np.arange(4.0)[:, None]), alg,
+                    AV.Bernoulli(0.6), rounds=300, slot_length=slot_length,
+                    seed=seed).round_metrics
+    assert np.all(np.diff(m["virtual_time"]) >= 0)
+
+
+def test_an_update_takes_the_earliest_jobs_by_finish_time_then_client():
+    # The clock's candidates for an update: the k first jobs in (finish time, client) order,
+    # among M slots holding clients of a larger N (client indices above M), with free slots.
+    from fedjax_avail.clock._events import _earliest
+    rng = np.random.default_rng(0)
+    n, m = 50, 10
+    for _ in range(200):
+        client = rng.choice(n, m, replace=False)
+        remaining = rng.choice([0.5, 1.0, 1.5, np.inf], m).astype(np.float32)
+        client[np.isinf(remaining) & (rng.random(m) < 0.5)] = -1  # free slots
+        k = int(rng.integers(1, m + 1))
+        got = np.asarray(_earliest(jnp.asarray(remaining), jnp.asarray(client, jnp.int32), k, n))
+        finite = [i for i in np.lexsort((client, remaining)) if np.isfinite(remaining[i])]
+        assert len(set(got.tolist())) == k
+        assert sorted(i for i in got if np.isfinite(remaining[i])) == sorted(finite[:k])
+
+
+@pytest.mark.parametrize("offline, times, clients, staleness, lost", [
+    ("lost", [1, 1, 2, 3], [0, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]),
+    ("late", [1, 1, 2, 2], [0, 1, 0, 1], [0, 1, 1, 1], [0, 0, 0, 0]),
+])
+def test_jobs_finishing_at_a_slot_end_with_an_update_complete_in_that_slot(
+        offline, times, clients, staleness, lost):
+    # Both jobs finish at t = 1, the end of slot 0; client 1 is off in slot 1. K = 1: update 0
+    # takes client 0's result; client 1's, finished in slot 0 too, is update 1's (before, it
+    # was read against slot 1: lost, or late until slot 2). Both restart at t = 1; client 1's
+    # second job is lost in slot 1, or waits for slot 2 and completes at its start.
+    table = np.ones((20, 2), bool)
+    table[1, 1] = False
+    alg = fa.algorithms.KAsyncSGD(clients_per_round=1, batch_size=1, client_lr=0.1,
+                                  offline=offline, history=None,
+                                  durations=fa.clock.Constant(1.0))
+    m = fa.simulate(quadratic_task(), point_clients(np.arange(2.0)[:, None]), alg,
+                    AV.Trace(table), rounds=4).round_metrics
+    assert m["virtual_time"].tolist() == times
+    assert m["applied_clients"].ravel().tolist() == clients
+    assert m["applied_staleness"].ravel().tolist() == staleness
+    assert m["jobs_lost"].tolist() == lost
+    expected = simulate_events(table, [1.0, 1.0], 1, 4, offline)
+    assert [(time, c, s) for time, (c,), (s,) in expected] == list(zip(
+        times, clients, staleness, strict=True))
 
 
 def test_a_trace_that_ended_stops_the_run_naming_the_time():

@@ -129,8 +129,9 @@ class AsyncParts(Algorithm):
         their start models in ``state.store``.
 
         Returns:
-          ``(clock state, contributions, cursor)``: the cursor where the update happened,
-          which ``round`` returns.
+          ``(clock state, contributions, cursor)``: the cursor the next update starts from
+          (the event clock's stays where the update happened; K-of-P's moves to the next
+          slot), which ``round`` returns and the engine keeps.
         """
         t = inputs.round
         x_t, _ = ravel_pytree(state.params)

@@ -69,7 +69,8 @@ class Algorithm:
     * ``virtual_time(state)``: the ``[]`` virtual time the next round starts at (default None:
       round r starts at slot r, one slot a round);
     * ``moves_time``: True for an algorithm whose round moves through availability slots itself
-      (the asynchronous clocks): its ``round`` returns ``(state, metrics, cursor)``;
+      (the asynchronous clocks): its ``round`` returns ``(state, metrics, cursor)``, and the
+      next round starts from that cursor (only the first round's is placed at its start time);
     * ``footprint(num_clients)``: its round's memory (default: ``clients_per_round`` members of
       ``batch_size`` examples, ``cohort_copies`` ``[K, P]`` results held together).
 

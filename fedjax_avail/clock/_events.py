@@ -11,7 +11,12 @@ SGD), reading availability slot by slot on the run's timeline
 2. **Starting.** Free slots are filled by available idle clients drawn uniformly at random; a job
    starts from the current model (version t) and draws its duration then.
 3. **Completing.** The eligible jobs that finish first complete, one event at a time, in order
-   of (finish time, client index): the lower index first on equal times. Each completion frees
+   of (finish time, client index): the lower index first on equal times. A job finishing
+   exactly at the slot's end completes in the slot (a job as long as the slot, started at its
+   start, is done, where float32 holds both times exactly: L = 1, say; with L = 0.1 a slot's
+   float32 length may be an ulp short), and so do the others finishing at that instant when
+   the update comes at it: the next update starts in the same slot, at its end (the clock
+   keeps its cursor: ``step`` returns it). Each completion frees
    its slot, and at that instant a client drawn uniformly from the available idle clients (the
    one that just finished included) starts a new job in it. With concurrency N every other
    client is busy, so a client simply restarts: FedBuff's Algorithm 1 (download, Q steps,
@@ -79,6 +84,19 @@ class EventClockState(NamedTuple):
     stalled: jax.Array  # [] bool: an update could not gather its K results (sticky)
 
 
+def _earliest(remaining: jax.Array, client: jax.Array, k: int, num_clients: int) -> jax.Array:
+    """``[k]`` slots of the k jobs first in rule 3's order, (finish time, client index):
+    ``top_k`` of the times alone breaks ties by slot, and slots hold clients in random order.
+
+    The k-th smallest time is found first; every job before it is taken (at most k - 1), and
+    the jobs at it by client index. ``remaining [M]``: ``inf`` for jobs that cannot complete;
+    ``client [M]``: indices below ``num_clients``, -1 for a free slot."""
+    kth = -jax.lax.top_k(-remaining, k)[0][-1]
+    order = jnp.where(remaining < kth, -1,
+                      jnp.where(remaining == kth, jnp.maximum(client, 0), num_clients))
+    return jax.lax.top_k(-order, k)[1]
+
+
 def _uniform_scores(key: jax.Array, mask: jax.Array) -> jax.Array:
     """float32 scores, uniform in [0, 1) where ``mask``, -1 elsewhere (for a random top_k)."""
     return jnp.where(mask, jax.random.uniform(key, mask.shape), -1.0)
@@ -133,11 +151,14 @@ class EventClock:
         Runs segments until K jobs have completed: each segment is the rest of the current
         availability slot (rules 1-3 with that slot's mask); a segment that ends before the
         K-th completion moves virtual time to the slot's end and the cursor to the next slot.
+        The cursor returned is the slot of the K-th completion, where the next update starts
+        (at the slot's end, it completes the other jobs finishing then in that slot first).
         """
         k, m = self.events, state.slot_client.shape[0]
         acc = dict(client=jnp.full((k,), -1, jnp.int32), version=jnp.zeros((k,), jnp.int32),
                    valid=jnp.zeros((k,), bool), restart_slot=jnp.full((k,), m, jnp.int32))
-        flags = (jnp.zeros((m,), bool), jnp.zeros((m,), bool))  # filled, restarted this update
+        # filled, restarted this update; started at the instant the last segment ended
+        flags = (jnp.zeros((m,), bool), jnp.zeros((m,), bool), jnp.zeros((m,), bool))
         loop = (state, cursor, acc, jnp.int32(0), flags, jnp.int32(0))
 
         def going(carry):
@@ -150,7 +171,7 @@ class EventClock:
                 state, timeline, cursor, jax.random.fold_in(key, segment), t, acc, n_done, flags)
             return state, cursor, acc, n_done, flags, segment + 1
 
-        state, cursor, acc, n_done, (filled, restarted), _ = jax.lax.while_loop(
+        state, cursor, acc, n_done, (filled, restarted, _), _ = jax.lax.while_loop(
             going, segment_of, loop)
         state = state._replace(stalled=n_done < k)
         occupied = state.slot_client >= 0
@@ -167,7 +188,7 @@ class EventClock:
         """Rules 1-3 within the rest of the cursor's slot; at most ``K - n_done`` completions."""
         k_start, k_durations, k_queue, k_events = jax.random.split(key, 4)
         available = cursor.mask
-        filled, restarted = flags
+        filled, restarted, fresh = flags
         num_clients = available.shape[0]
         occupied = state.slot_client >= 0
         client = jnp.where(occupied, state.slot_client, 0)
@@ -179,7 +200,7 @@ class EventClock:
             busy = state.busy.at[jnp.where(lost, client, num_clients)].set(False, mode="drop")
             state = state._replace(slot_client=jnp.where(lost, -1, state.slot_client), busy=busy,
                                    jobs_lost=state.jobs_lost + jnp.sum(lost))
-            filled, restarted = filled & ~lost, restarted & ~lost
+            filled, restarted, fresh = filled & ~lost, restarted & ~lost, fresh & ~lost
 
         # 2. Free slots filled by available idle clients, uniformly.
         state, take = jax.lax.cond(
@@ -187,7 +208,7 @@ class EventClock:
             lambda s: self._fill(s, available, k_start, k_durations, t),
             lambda s: (s, jnp.zeros(s.slot_client.shape, bool)),
             state)
-        filled = filled | take
+        filled, fresh = filled | take, fresh | take  # fresh: started at the segment's start
 
         # 3. Completions in time order until the slot ends, each slot refilled at once. Only
         # the K earliest jobs in flight and the (at most K) jobs restarted in the segment can
@@ -201,8 +222,8 @@ class EventClock:
         eligible = state.slot_client >= 0
         if self.offline == "late":
             eligible &= available[jnp.maximum(state.slot_client, 0)]
-        _, first = jax.lax.top_k(-jnp.where(eligible, state.slot_remaining, _NEVER),
-                                 min(k, eligible.shape[0]))
+        first = _earliest(jnp.where(eligible, state.slot_remaining, _NEVER), state.slot_client,
+                          min(k, eligible.shape[0]), num_clients)
         first = jnp.pad(first, (0, k - first.shape[0]))
         empty_i = jnp.full((k,), -1, jnp.int32)
         carry = dict(
@@ -274,10 +295,13 @@ class EventClock:
         remaining = c["remaining"][k:] - rest
         # 4. Jobs started at the instant of this update download its result: version t + 1
         # (no time has passed since they started: their remaining time is their whole
-        # duration). Those are the restarts of this step's completions and the jobs filled at
-        # the segment's start when the update comes at that same instant.
+        # duration). Those are the restarts of this step's completions, and, when the update
+        # comes at the segment's start, the jobs started at that instant (filled at the
+        # segment's start, or started in this update's earlier segments at the same instant:
+        # a slot's end, where the next slot is entered without time passing).
         restarting = c["client"][k:] >= 0
-        at_update = complete & restarting & (c["remaining"][k:] == c["duration"][k:])
+        at_start = restarting & (c["remaining"][k:] == c["duration"][k:])
+        at_update = complete & at_start
         versions = jnp.where(at_update, t + 1, t)
         # Each slot holds the job of its last restart; the other slots only lost time.
         slots = c["slot"][k:]
@@ -285,22 +309,28 @@ class EventClock:
             slots[:, None] == slots[None, :])
         current = restarting & ~jnp.any(later, axis=1)
         target = jnp.where(current, slots, state.slot_client.shape[0])
-        time = jnp.where(complete, add_time(state.time, c["elapsed"]),
-                         jnp.stack([timeline.start_of(cursor.slot + 1), jnp.float32(0)]))
+        # At the slot's end (short of K, or the K-th completion there) time is that end
+        # exactly: the float32 sum of the steps may miss it, and the next update starts there.
+        at_end = ~complete | (c["elapsed"] >= horizon)
+        time = jnp.where(at_end, jnp.stack([timeline.start_of(cursor.slot + 1), jnp.float32(0)]),
+                         add_time(state.time, c["elapsed"]))
+        time = jnp.where(time[0] < state.time[0], state.time, time)  # never backwards
         state = state._replace(
             slot_client=state.slot_client.at[target].set(c["client"][k:], mode="drop"),
             slot_remaining=(state.slot_remaining - c["elapsed"] - rest).at[target].set(
                 remaining, mode="drop"),
-            slot_version=jnp.where(take & complete & (c["elapsed"] == 0), t + 1,
+            slot_version=jnp.where(fresh & complete & (c["elapsed"] == 0), t + 1,
                                    state.slot_version).at[target].set(versions, mode="drop"),
             busy=c["busy"], time=time)
         filled = filled.at[target].set(False, mode="drop")
         restarted = restarted.at[target].set(True, mode="drop")
+        # Started at the instant the segment ends: before it, if no time passed in it.
+        fresh = (fresh & (horizon == 0)).at[target].set(at_start & (rest == 0), mode="drop")
         # Short of K: the next slot, unless no client will ever be available again.
         state = state._replace(stalled=~complete & timeline.ended(cursor))
         cursor = jax.lax.cond(complete, lambda c: c, lambda c: timeline.at(c, c.slot + 1),
                               cursor)
-        return state, cursor, c["acc"], n_done, (filled, restarted)
+        return state, cursor, c["acc"], n_done, (filled, restarted, fresh)
 
     def _fill(self, state, available, key, key_durations, t):
         """Rule 2: free slots get available idle clients in uniformly random order."""

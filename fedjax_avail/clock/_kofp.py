@@ -81,7 +81,8 @@ class KofPClock:
     def step(self, state: KofPState, timeline: Timeline, cursor: Cursor, key: jax.Array,
              t: jax.Array) -> tuple[KofPState, Completions, tuple[Starts], Cursor]:
         """One server update t: ``(state, Completions [K], (reporters,), cursor)``; the
-        reporters receive version t + 1; the cursor stays in the slot of the update."""
+        reporters receive version t + 1; the cursor returned is the next update's: the slot
+        after the update's (the update's own when it stalled)."""
         k, n = self.events, state.held.shape[0]
         clients, valid = jnp.zeros((k,), jnp.int32), jnp.zeros((k,), bool)
         loop = (state.reported, cursor, clients, valid, jnp.zeros((n,), bool), jnp.int32(0),
@@ -131,4 +132,6 @@ class KofPClock:
         time = jnp.where(state.stalled, state.time,
                          jnp.stack([timeline.start_of(cursor.slot + 1), jnp.float32(0)]))
         state = KofPState(held, reported, time, stalled)
+        # the next update's iteration is the next slot (the engine keeps a clock's cursor)
+        cursor = jax.lax.cond(stalled, lambda c: c, lambda c: timeline.at(c, c.slot + 1), cursor)
         return state, done, (Starts(clients, jnp.full_like(clients, t + 1), done.valid),), cursor
