@@ -8,6 +8,7 @@ same pseudo-gradient.
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
 
@@ -26,13 +27,21 @@ def server_optimizer(name: str, server_lr: float) -> optax.GradientTransformatio
 
 
 def apply_delta(
-    optimizer: optax.GradientTransformation, params, opt_state, delta: jax.Array
+    optimizer: optax.GradientTransformation, params, opt_state, delta: jax.Array,
+    received: jax.Array | bool = True,
 ) -> tuple:
-    """Moves the global model along the aggregate delta ``[P]``; returns ``(params, opt_state)``."""
+    """Moves the global model along the aggregate delta ``[P]``; returns ``(params, opt_state)``.
+
+    ``received`` (``[]`` bool): whether any update came in. Without one the server takes no
+    step: model and optimizer state stay as they were (Adam's moments would otherwise move the
+    model along their momentum in a round nobody took part in, and count a step).
+    """
     _, unravel = ravel_pytree(params)
     pseudo_grad = unravel(-delta)
-    updates, opt_state = optimizer.update(pseudo_grad, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state
+    updates, new_state = optimizer.update(pseudo_grad, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    return jax.tree.map(lambda new, old: jnp.where(received, new, old),
+                        (new_params, new_state), (params, opt_state))
 
 
 def add_delta(params, delta: jax.Array):

@@ -83,6 +83,22 @@ def test_fedadam_is_adam_on_the_negated_mean_delta():
     np.testing.assert_allclose(result.params, [0.05 * d / (abs(d) + 1e-3)], rtol=1e-5)
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_a_round_nobody_takes_part_in_leaves_the_server_as_it_was(optimizer):
+    # Everyone is available in slot 0 only. Before, FedAdam's moments kept moving the model
+    # in the empty rounds after it (and counted Adam steps); the server takes no step there.
+    fd = point_clients([[2.0], [2.0], [2.0]])
+    table = np.zeros((6, 3), bool)
+    table[0] = True
+    alg = fa.algorithms.FedAvg(clients_per_round=2, local_steps=1, batch_size=1,
+                               client_lr=0.1, server_lr=0.05, server_optimizer=optimizer)
+    one, five = (fa.simulate(quadratic_task(), fd, alg, fa.availability.Trace(table),
+                             rounds=rounds) for rounds in (1, 5))
+    assert five.round_metrics["num_selected"].tolist() == [2, 0, 0, 0, 0]
+    np.testing.assert_array_equal(five.params, one.params)
+    assert jax.tree.all(jax.tree.map(np.array_equal, five.state.opt_state, one.state.opt_state))
+
+
 def test_sequential_sgd_takes_K_times_C_steps_on_pooled_data():
     fd = point_clients([[2.0], [2.0], [2.0]])
     alg = fa.algorithms.SequentialSGD(clients_per_round=2, local_steps=3, batch_size=1, lr=0.1)

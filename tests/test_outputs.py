@@ -105,6 +105,27 @@ def test_summary_headers_are_whole_and_columns_aligned():
     assert mean[:loss_end].endswith(" 0.3000") and diverged[:loss_end].endswith(" 12345.5000")
 
 
+def test_a_mean_over_seeds_says_how_many_seeds_measured_it():
+    # Seed 1 never reaches 85%: the time to it is seed 0's alone, and the summary says so
+    # (before, "time_to_85 20.0 +- 0.0" read as if every seed had reached it).
+    from fedjax_avail.experiments._time_to_accuracy import time_to_accuracy
+
+    def result(accuracies):
+        rows = [{"round": 10 * i, "virtual_time": 10.0 * i, "train_loss": 1.0,
+                 "test_accuracy": a} for i, a in enumerate(accuracies)]
+        return SimpleNamespace(history=History(rows), timing={"earlier": 0.0, "compile": 0.0})
+
+    setup = SimpleNamespace(window=2, summary=lambda h: time_to_accuracy(h, (0.85, 0.3)))
+    row = summary_row("fedavg", "ok", [result([0.1, 0.5, 0.86]), result([0.1, 0.2, 0.6])],
+                      setup, 0.0, None, [0, 1])
+    assert (row["time_to_85"], row["time_to_85_count"]) == (20.0, 1)
+    assert (row["time_to_30"], row["time_to_30_std"], row["time_to_30_count"]) == (15.0, 5.0, 2)
+    assert row["final_test_accuracy_count"] == 2
+    header, mean, _ = experiments.format_summary([row]).splitlines()
+    assert "20.0000 (1/2 seeds)" in mean and "15.0000 (" not in mean
+    assert header.split()[-1] == "sec" and "time_to_85_count" not in header
+
+
 def _finished_run(directory, **settings):
     directory.mkdir(parents=True)
     History([{"algorithm": "fedavg", "round": r, "train_loss": 1.0 / (r + 1)}

@@ -35,7 +35,8 @@ class FedAvg(SyncParts):
     ``selection`` strategy); each trains
     ``u_k = x_k^C - x`` (:func:`fedjax_avail.local.local_sgd`); the server steps
     ``x <- x + server_lr * sum_k w_k u_k / sum_k w_k`` (an optax SGD step on ``-mean``; with
-    ``server_optimizer="adam"`` an Adam step, FedAdam).
+    ``server_optimizer="adam"`` an Adam step, FedAdam). A round nobody takes part in (no client
+    available, all dropped out or late) takes no server step.
 
     Args:
       clients_per_round: K, >= 1 and <= N.
@@ -93,8 +94,8 @@ class FedAvg(SyncParts):
                           batch_size=self.batch_size, lr=self.client_lr, mu=self.mu,
                           weights=weights)
         delta = total / cohort_lib.weight_total(weights)
-        params, opt_state = server.apply_delta(
-            self._optimizer(), state.params, state.opt_state, delta
+        params, opt_state = server.apply_delta(  # a round nobody took part in: no step
+            self._optimizer(), state.params, state.opt_state, delta, jnp.any(c.valid)
         )
         state = FedAvgState(params, opt_state, self.selection_after(c), c.clock)
         return state, {"num_selected": jnp.sum(c.valid), **c.metrics}

@@ -107,7 +107,7 @@ MEANINGS: dict[str, str] = {
     "eval_every": "rounds between evaluations (one metrics.csv row per algorithm each)",
     "seed": "the random seed of the data split, the availability process and the training",
     "seeds": "seeds trained together in one compiled program (summary: mean and std); the data "
-             "split uses seed",
+             "split and the clients' speed factors use seed",
     "algorithms": "the algorithms compared, in this order",
     "source": "where MNIST comes from: IDX files (data_dir) or TensorFlow Datasets",
     "data_dir": "the directory holding the data (none: $FEDJAX_AVAIL_MNIST_DIR for IDX files)",

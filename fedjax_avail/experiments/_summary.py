@@ -34,7 +34,9 @@ def _measures(history: History, setup: Any) -> dict[str, float | None]:
 
 
 def summary_row(name, status, results, setup, start, stopped, seeds) -> dict[str, Any]:
-    """The summary of one algorithm: its final numbers, averaged over seeds with their std."""
+    """The summary of one algorithm: its final numbers, averaged over seeds with their std and
+    the number of seeds each was measured in (``<key>_count``: a seed that never reached a
+    target has no time to it, and the mean is over the others)."""
     measures = [_measures(r.history, setup) for r in results]
     # the rounds each seed completed: a time budget stops each at its own round
     done = [int(r.history.rows[-1]["round"]) for r in results]
@@ -47,10 +49,13 @@ def summary_row(name, status, results, setup, start, stopped, seeds) -> dict[str
     if seeds:
         row["rounds_done_per_seed"] = done
     for key in measures[0]:
+        # over the seeds that measured it (a time to a target some seeds never reached):
+        # <key>_count says how many
         values = [m[key] for m in measures if m[key] is not None]
         row[key] = float(np.mean(values)) if values else None
         if seeds:
             row[f"{key}_std"] = float(np.std(values)) if values else None
+            row[f"{key}_count"] = len(values)
     if seeds:
         row["seeds"] = seeds
     # this invocation's wall time plus the earlier ones' that made its restored checkpoint
@@ -80,11 +85,11 @@ def format_summary(summary: list[dict[str, Any]]) -> str:
     stability) follow the standard ones under their full names. Under a multi-seed row, a row
     of the standard deviations over the seeds."""
     extra = [k for k in (summary[0] if summary else {})
-             if k not in _STANDARD and not k.endswith("_std")]
+             if k not in _STANDARD and not k.endswith(("_std", "_count"))]
     columns = {**_COLUMNS, **{key: key for key in extra}}
     table, flags = [["algorithm", *columns, "sec"]], [""]
     for row in summary:
-        table.append([row["algorithm"], *(_cell(row.get(k)) for k in columns.values()),
+        table.append([row["algorithm"], *(_mean_cell(row, k) for k in columns.values()),
                       f"{row['seconds']:.1f}"])
         flags.append("" if row["status"] == "ok" else
                      f"  ({row['status'].split(':')[0]} at round {row['stopped_at_round']})")
@@ -95,6 +100,13 @@ def format_summary(summary: list[dict[str, Any]]) -> str:
     widths = [max(len(cells[i]) for cells in table) for i in range(len(table[0]))]
     return "\n".join(_line(cells, widths) + flag for cells, flag in zip(table, flags,
                                                                          strict=True))
+
+
+def _mean_cell(row: dict[str, Any], key: str) -> str:
+    """A mean over seeds, followed by "(k/n seeds)" when only k of the n seeds measured it."""
+    count, seeds = row.get(f"{key}_count"), row.get("seeds")
+    partial = seeds and count is not None and count < len(seeds)
+    return _cell(row.get(key)) + (f" ({count}/{len(seeds)} seeds)" if partial else "")
 
 
 def _line(cells: list[str], widths: list[int]) -> str:
