@@ -228,7 +228,7 @@ class Evaluators:
       test_data: ``simulate``'s ``test_data`` (a ``FederatedData`` adds the per-client scores).
       batch_size: examples per evaluation block.
       train_examples: evaluate training metrics on this many evenly spaced examples
-        (rows ``round(i M / n)``, every client's share in proportion; None: all).
+        (rows ``floor(i M / n)``, every client's share in proportion; None: all).
       runs: models have a leading runs axis.
       layout: the runs axis's layout (:func:`make_evaluator`).
       mesh: ``simulate``'s device mesh: the test examples are put on its devices once (a copy

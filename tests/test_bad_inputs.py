@@ -38,6 +38,12 @@ CASES = [
     ("from_client_arrays dtypes", lambda: fa.FederatedData.from_client_arrays(
         [{"x": X[:2]}, {"x": X[:2] / 255.0}]), ValueError,
      ["clients[1]['x'] has dtype float64 but clients[0]'s is uint8"]),
+    ("from_client_arrays unsigned dtypes", lambda: fa.FederatedData.from_client_arrays(
+        [{"x": X[:2]}, {"x": X[:2].astype(np.uint16)}]), ValueError,
+     ["clients[1]['x'] has dtype uint16 but clients[0]'s is uint8", "unsigned integers one"]),
+    ("FederatedData max_count", lambda: FD.replace(max_count=FD.max_count + 1), ValueError,
+     [f"max_count must be the largest of counts ({FD.max_count})",
+      f"got {FD.max_count + 1}"]),
     ("client_labels fractions", lambda: D.iid(X, Y + 0.5, 20).client_labels(), ValueError,
      ["arrays['y'] must hold whole-number labels for client_labels", "(dtype float64)"]),
     ("from_client_arrays lengths", lambda: fa.FederatedData.from_client_arrays(
@@ -77,7 +83,7 @@ CASES = [
     ("one_label_per_client mean", lambda: D.one_label_per_client(X, Y, 10, mean=-1.0),
      ValueError, ["mean > 0", "mean=-1.0"]),
     ("classes_per_client k", lambda: D.classes_per_client(X, Y, 4, k=0), ValueError,
-     ["k must be in [1, 10]", "got 0"]),
+     ["k must be an integer in [1, 10]", "got 0"]),
     ("dirichlet alpha", lambda: D.dirichlet(X, Y, 4, alpha=0.0), ValueError,
      ["alpha must be a finite number > 0", "got 0.0"]),
     ("dirichlet alpha inf", lambda: D.dirichlet(X, Y, 4, alpha=np.inf), ValueError,
@@ -99,6 +105,11 @@ CASES = [
      ValueError, ["vocab_size must be an integer >= 1", "got 0"]),
     ("lstm embeddings", lambda: fa.tasks.lstm_classifier(5, embeddings=np.zeros((4, 25))),
      ValueError, ["embeddings must have shape [vocab_size, embed_dim] = [5, 25]", "[4, 25]"]),
+    ("lstm padding at the start", lambda: fa.tasks.lstm_classifier(10).validate(
+        {"x": np.array([[3, 4, 0], [0, 0, 3]], np.int32), "y": np.array([0, 1], np.int32)},
+        "data.arrays"), ValueError,
+     ["data.arrays['x'] must hold padding (0) at the end of each row only", "1 rows",
+      "row 1: [0, 0, 3]"]),
     ("task input size", sim(task=fa.tasks.logistic_regression(784, 10)), ValueError,
      ["data.arrays['x'] must hold examples of 784 values", "(40, 8, 8)"]),
     ("task channels first", sim(task=fa.tasks.classification(
@@ -230,6 +241,11 @@ CASES = [
      ["task must be a Task", "got function"]),
     ("test_data tuple", sim(test_data=(X, Y)), TypeError,
      ["test_data must be None, a FederatedData or a dict", "got tuple"]),
+    ("test_data pixel scale", sim(test_data={"x": X.astype(np.float32), "y": Y}), ValueError,
+     ["test_data['x'] holds floats in [0.0, ", "but data.arrays['x'] is uint8",
+      "test_data['x'].astype(np.uint8)"]),
+    ("test_data pixel dtype", sim(test_data={"x": X.astype(np.uint16), "y": Y}), ValueError,
+     ["test_data['x'] is uint16 but data.arrays['x'] is uint8"]),
     ("test_data lengths", sim(test_data={"x": X, "y": Y[:3]}), ValueError,
      ["test_data arrays must share one non-empty leading example axis", "'y': 3"]),
 ]

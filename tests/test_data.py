@@ -142,6 +142,10 @@ def test_iid_classes_per_client_and_dirichlet(digits):
     fd = fa.data.classes_per_client(x, y, 20, k=2)
     for i in range(20):
         assert len(np.unique(fd.client(i)["y"])) == 2
+    assert fd.num_examples == len(y)  # every example kept
+    rows = np.c_[y, x.reshape(len(x), -1)].tolist()
+    assert sorted(np.c_[fd.arrays["y"], fd.arrays["x"].reshape(len(x), -1)].tolist()) == sorted(
+        rows)
     fd = fa.data.dirichlet(x, y, 10, alpha=0.1, seed=1, min_size=5)
     assert fd.counts.min() >= 5 and fd.num_examples == len(y)
     # Small alpha concentrates labels: most clients are dominated by few labels.
@@ -151,6 +155,23 @@ def test_iid_classes_per_client_and_dirichlet(digits):
         fa.data.dirichlet(x, y, 10, alpha=0.0)
     with pytest.raises(ValueError, match="num_clients"):
         fa.data.one_label_per_client(x, y, 15)
+
+
+def test_classes_per_client_refuses_to_drop_examples_or_labels():
+    # Before, labels no client held (N k < L) were dropped, and a label with fewer examples
+    # than holders left some of them with fewer than k labels, without a word.
+    y = np.repeat(np.arange(10), 5)
+    x = np.arange(50, dtype=np.float32)[:, None]
+    with pytest.raises(ValueError, match=r"num_clients \* k must .*\(10\).* 2 \* 2: labels \[4, 5"):
+        fa.data.classes_per_client(x, y, 2, k=2)
+    y = np.array([0] * 2 + [1] * 100 + [2] * 100)
+    x = np.zeros((len(y), 1), np.float32)
+    with pytest.raises(ValueError, match="label 0 has 2 examples for its 4 holders"):
+        fa.data.classes_per_client(x, y, 6, k=2)
+    fd = fa.data.classes_per_client(x, y, 3, k=2)  # label 0: 2 examples, 2 holders
+    assert [len(np.unique(fd.client(i)["y"])) for i in range(3)] == [2, 2, 2]
+    with pytest.raises(ValueError, match="k must be an integer"):
+        fa.data.classes_per_client(x, y, 3, k=1.5)
 
 
 @pytest.mark.parametrize("loader, shape, classes", [

@@ -235,7 +235,12 @@ def test_bad_arguments_and_missing_files_give_clear_errors(csv_path, tmp_path, r
     for kwargs, name in [({"alpha": 0.7}, "alpha"), ({"test_fraction": 1.0}, "test_fraction"),
                          ({"num_clients": 4}, "num_clients must be <= 3"),
                          ({"min_tweets": 100}, "min_tweets"), ({"vocab_size": 2}, "vocab_size"),
-                         ({"max_len": 0}, "max_len")]:
+                         ({"max_len": 0}, "max_len"),
+                         # fractional sizes: refused, not truncated by int()
+                         ({"min_tweets": 1.9}, r"min_tweets must be an integer >= 1, got 1\.9"),
+                         ({"num_clients": 2.7}, "num_clients must be None or an integer"),
+                         ({"max_len": 3.9}, "max_len must be an integer"),
+                         ({"vocab_size": 5.5}, r"vocab_size \(pad, OOV and one word\) must")]:
         with pytest.raises(ValueError, match=name):
             fa.data.load_sentiment140(csv_path, **kwargs)
     missing = tmp_path / "nope.csv"

@@ -31,7 +31,9 @@ class Dropout:
 
     The algorithms drop the updates of selected clients that do not report
     (``algorithms.reported``): they do not count as participants, and their participation
-    stamps are not renewed. The wrapped process sees the same keys as it would unwrapped, so a
+    stamps are not renewed. Under an asynchronous server a job whose client drops out still
+    takes one of the K places of its update, which applies the others (``num_applied``). The
+    wrapped process sees the same keys as it would unwrapped, so a
     run with and without drop-outs shares its availability masks. Drop-outs compose: inside
     ``all_of``/``any_of``, or around another ``Dropout`` (a client then reports only if it
     reports under every drop-out).

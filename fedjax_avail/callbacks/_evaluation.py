@@ -48,7 +48,7 @@ class Evaluation(Callback):
       every: rounds between evaluations (also after round 0 and at each run's last round).
       batch_size: examples per evaluation block (a memory bound).
       train_examples: score the training metrics on this many evenly spaced training examples
-        (rows ``round(i M / n)``, every client's share in proportion) instead of all M; for big
+        (rows ``floor(i M / n)``, every client's share in proportion) instead of all M; for big
         models whose full evaluation would cost more than the rounds. None: all.
 
     Raises:
@@ -69,10 +69,15 @@ class Evaluation(Callback):
         self._evaluators: Evaluators | None = None
         self._last: list[int] = []  # per run, the round of its last row (-1: none)
 
-    def check(self, task: Task) -> None:
-        """The test set against the task (labels it can read, input sizes), before compute."""
-        if task.validate is not None and self.test_arrays is not None:
+    def check(self, task: Task, train: Mapping[str, Any]) -> None:
+        """The test set against the task (labels it can read, input sizes) and against the
+        training arrays ``train`` (inputs ``"x"`` on one scale), before compute."""
+        if self.test_arrays is None:
+            return
+        if task.validate is not None:
             task.validate(self.test_arrays, "test_data")
+        if "x" in train and "x" in self.test_arrays:  # the inputs (labels are not scaled)
+            _check_same_scale("x", np.asarray(train["x"]), np.asarray(self.test_arrays["x"]))
 
     def settings(self) -> dict[str, Any]:
         """What of this callback can change a recorded number (a checkpoint's fingerprint)."""
@@ -158,3 +163,29 @@ class Evaluation(Callback):
             accuracy = clients["accuracy"][i] if run.several else clients["accuracy"]
             row.update({f"test_{k}": v for k, v in fairness_metrics(accuracy).items()})
         return row
+
+
+def _check_same_scale(key: str, train: np.ndarray, test: np.ndarray) -> None:
+    """Raises ValueError where the training and test arrays of ``key`` would be read on two
+    scales: unsigned integer pixels are divided by their dtype's maximum
+    (:func:`fedjax_avail.tasks.normalize_images`), floats are used as they are, so uint8
+    images next to 0-255 floats (or uint16 ones) would be scored on another scale than they
+    were trained on."""
+    unsigned = [a.dtype for a in (train, test) if a.dtype.kind == "u"]
+    if not unsigned:
+        return
+    if len(unsigned) == 2:
+        if train.dtype != test.dtype:
+            raise ValueError(f"test_data[{key!r}] is {test.dtype} but data.arrays[{key!r}] is "
+                             f"{train.dtype}: integer pixels are divided by their dtype's "
+                             "maximum, so the two would be read on different scales; give "
+                             "both one dtype")
+        return
+    floats = test if train.dtype.kind == "u" else train
+    if floats.dtype.kind == "f" and floats.size and (floats.min() < 0 or floats.max() > 1):
+        names = ("test_data", "data.arrays") if floats is test else ("data.arrays", "test_data")
+        raise ValueError(f"{names[0]}[{key!r}] holds floats in [{floats.min()}, "
+                         f"{floats.max()}] but {names[1]}[{key!r}] is {unsigned[0]}, whose "
+                         "pixels are scaled to [0, 1]: the two would be read on different "
+                         f"scales; give both one dtype (e.g. {names[0]}[{key!r}].astype("
+                         f"np.{unsigned[0]}))")

@@ -52,8 +52,13 @@ class FederatedData:
         if all(isinstance(leaf, _CONCRETE) and not isinstance(leaf, jax.core.Tracer)
                and getattr(leaf, "is_fully_addressable", True) for leaf in leaves):
             _validate_layout(self.arrays, self.offsets, self.counts)
+            largest = int(np.max(np.asarray(self.counts)))
             if not self.max_count:
-                object.__setattr__(self, "max_count", int(np.max(np.asarray(self.counts))))
+                object.__setattr__(self, "max_count", largest)
+            elif self.max_count != largest:  # full-batch passes would read part of a client
+                raise ValueError(f"max_count must be the largest of counts ({largest}), got "
+                                 f"{self.max_count}; leave it out (replace(max_count=0) after "
+                                 "replacing counts) to have it computed")
 
     @property
     def num_clients(self) -> int:
@@ -75,9 +80,11 @@ class FederatedData:
 
         Raises:
           ValueError: no clients, differing keys, arrays of one client with different lengths,
-            a client with no examples, or a key whose kind of number differs between clients
+            a client with no examples, a key whose kind of number differs between clients
             (unsigned, signed integers, floats...: uint8 images next to float ones would be
-            joined as floats, and the uint8 ones no longer scaled to [0, 1]).
+            joined as floats, and the uint8 ones no longer scaled to [0, 1]), or inputs
+            ``"x"`` in unsigned integers of two dtypes (uint8 next to uint16 pixels: joined as
+            uint16, the uint8 ones would be divided by 65535).
         """
         if len(clients) == 0:
             raise ValueError("clients must hold at least one client, got an empty sequence")
@@ -92,14 +99,17 @@ class FederatedData:
             if len(set(lengths.values())) != 1:
                 raise ValueError(f"clients[{i}] arrays differ in length: {lengths}")
             counts.append(lengths[keys[0]])
-        for k in keys:  # one kind of number per key (int32 next to int64 joins exactly)
+        for k in keys:  # int32 next to int64 joins exactly; unsigned pixels ("x") do not
             dtypes = [np.asarray(c[k]).dtype for c in clients]
-            other = next((i for i, d in enumerate(dtypes) if d.kind != dtypes[0].kind), None)
+            other = next((i for i, d in enumerate(dtypes) if d.kind != dtypes[0].kind
+                          or (k == "x" and d.kind == "u" and d != dtypes[0])), None)
             if other is not None:
                 raise ValueError(f"clients[{other}][{k!r}] has dtype {dtypes[other]} but "
                                  f"clients[0]'s is {dtypes[0]}; give every client's {k!r} one "
-                                 "kind of number (uint8 images next to float ones would be "
-                                 "joined as floats and no longer scaled to [0, 1])")
+                                 "kind of number, and unsigned integers one dtype (integer "
+                                 "pixels are scaled by their dtype's maximum: uint8 images "
+                                 "joined with float ones would become floats, with uint16 ones "
+                                 "uint16, and no longer be scaled to [0, 1])")
         arrays = {k: np.concatenate([np.asarray(c[k]) for c in clients]) for k in keys}
         return cls._from_counts(arrays, np.asarray(counts))
 

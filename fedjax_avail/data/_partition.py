@@ -1,8 +1,9 @@
 """Partitioners: split a pooled labelled data set into N clients.
 
 Each returns a :class:`FederatedData` of exactly ``num_clients`` clients whose arrays are those
-given (``x``, ``y``), re-ordered and grouped by client, or raises ``ValueError`` when some client
-would get no example. All are deterministic given ``seed``.
+given (``x``, ``y``), re-ordered and grouped by client (:func:`one_label_per_client` keeps the
+examples its drawn client sizes take, as FedLaAvg's setting does), or raises ``ValueError`` when
+some client would get no example. All are deterministic given ``seed``.
 """
 
 from __future__ import annotations
@@ -104,26 +105,37 @@ def classes_per_client(
     """Client i holds labels ``(i*k + j) mod L`` for j < k; each label is split in equal shares.
 
     Every client then has exactly k distinct labels (k <= L, the number of labels), and the
-    clients holding a label share its examples equally (up to one example).
+    clients holding a label share its examples equally (up to one example). Every example is
+    kept, so every label needs a holder (``N k >= L``) and at least as many examples as it has
+    holders; otherwise ValueError names the label.
     """
     x, y = _check(x, y, num_clients)
-    labels = np.unique(y)
-    if not 1 <= k <= len(labels):
-        raise ValueError(f"k must be in [1, {len(labels)}] (the number of labels), got {k}")
+    labels, sizes = np.unique(y, return_counts=True)
+    if not is_int(k) or not 1 <= k <= len(labels):
+        raise ValueError(f"k must be an integer in [1, {len(labels)}] (the number of labels), "
+                         f"got {k!r}")
+    if num_clients * k < len(labels):
+        raise ValueError(f"num_clients * k must be at least the number of labels ({len(labels)}) "
+                         f"so that every label has a holder, got {num_clients} * {k}: labels "
+                         f"{labels[num_clients * k:][:10].tolist()} would be dropped (select "
+                         "their examples out of x and y first to leave them out)")
     rng = _rng(seed)
     holders = [[] for _ in labels]
     for i in range(num_clients):
         for j in range(k):
             holders[(i * k + j) % len(labels)].append(i)
-    ids = np.full(len(y), -1, np.int64)
+    short = next((j for j in range(len(labels)) if sizes[j] < len(holders[j])), None)
+    if short is not None:
+        raise ValueError(f"label {labels[short].tolist()!r} has {sizes[short]} examples for its "
+                         f"{len(holders[short])} holders (num_clients={num_clients}, k={k}); "
+                         f"each holder needs one to have k labels: use fewer clients or a "
+                         "smaller k")
+    ids = np.empty(len(y), np.int64)
     for j, label in enumerate(labels):
-        if not holders[j]:
-            continue
         pool = rng.permutation(np.flatnonzero(y == label))
         share = np.arange(len(pool)) * len(holders[j]) // len(pool)
         ids[pool] = np.asarray(holders[j])[share]
-    keep = ids >= 0
-    return FederatedData.from_arrays({"x": x[keep], "y": y[keep]}, ids[keep], num_clients)
+    return FederatedData.from_arrays({"x": x, "y": y}, ids, num_clients)
 
 
 def dirichlet(
@@ -135,11 +147,13 @@ def dirichlet(
     min_size: int = 1,
     max_tries: int = 100,
 ) -> FederatedData:
-    """Label shares per client drawn from Dirichlet(alpha) for each label (Hsu et al. 2019).
+    """Label shares per client drawn from Dirichlet(alpha) for each label.
 
-    For each label, a vector of client proportions ~ Dir(alpha * 1_N) splits its examples. Small
-    alpha gives few labels per client; large alpha approaches IID. The draw is repeated (at most
-    ``max_tries`` times) until every client has at least ``min_size`` examples.
+    For each label, a vector of client proportions ~ Dir(alpha * 1_N) splits its examples (the
+    label-skew partition of Yurochkin et al. 2019 and NIID-Bench, Li et al. 2022; Hsu et al.
+    2019 instead draw each client's mix of labels, Dir(alpha p)). Small alpha gives few labels
+    per client; large alpha approaches IID. The draw is repeated (at most ``max_tries`` times)
+    until every client has at least ``min_size`` examples.
     """
     x, y = _check(x, y, num_clients)
     if not (np.isfinite(alpha) and alpha > 0):

@@ -30,6 +30,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from fedjax_avail._checks import check_int, check_optional_int
 from fedjax_avail.data._federated import FederatedData
 from fedjax_avail.data._hours import skew_by_hour
 from fedjax_avail.data._text import build_vocab, encode, tokenize
@@ -126,18 +127,14 @@ def _read_tfds(data_dir: str | None, download: bool) -> Raw:
 
 
 def _check(min_tweets, test_fraction, num_clients, alpha, max_len, vocab_size) -> None:
-    if int(min_tweets) < 1:
-        raise ValueError(f"min_tweets must be >= 1, got {min_tweets}")
+    check_int("min_tweets", min_tweets)
     if not 0 <= test_fraction < 1:
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction}")
-    if num_clients is not None and int(num_clients) < 1:
-        raise ValueError(f"num_clients must be None or >= 1, got {num_clients}")
+    check_optional_int("num_clients", num_clients)
     if alpha is not None and not 0 <= alpha <= 0.5:
         raise ValueError(f"alpha must be None or in [0, 0.5], got {alpha}")
-    if int(max_len) < 1:
-        raise ValueError(f"max_len must be >= 1, got {max_len}")
-    if int(vocab_size) < 3:
-        raise ValueError(f"vocab_size must be >= 3 (pad, OOV and one word), got {vocab_size}")
+    check_int("max_len", max_len)
+    check_int("vocab_size (pad, OOV and one word)", vocab_size, 3)
 
 
 def load_sentiment140(

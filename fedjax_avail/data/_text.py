@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fedjax_avail._checks import check_int
+
 PAD = 0  # token id of padding
 OOV = 1  # token id of words outside the vocabulary
 GLOVE_ENV = "FEDJAX_AVAIL_GLOVE"
@@ -65,12 +67,11 @@ def build_vocab(token_lists: Iterable[Sequence[str]], vocab_size: int) -> tuple[
     Raises:
       ValueError: ``vocab_size < 3``.
     """
-    if int(vocab_size) < 3:
-        raise ValueError(f"vocab_size must be >= 3 (pad, OOV and one word), got {vocab_size}")
+    check_int("vocab_size (pad, OOV and one word)", vocab_size, 3)
     counts = collections.Counter(t for tokens in token_lists for t in tokens)
     counts.pop("<pad>", None)
     counts.pop("<oov>", None)
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: int(vocab_size) - 2]
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: vocab_size - 2]
     return ("<pad>", "<oov>", *(word for word, _ in ranked))
 
 
@@ -92,12 +93,11 @@ def encode(token_lists: Sequence[Sequence[str]], vocab: Sequence[str], max_len: 
       >>> encode([["a", "zz"], []], ("<pad>", "<oov>", "a"), 3).tolist()
       [[2, 1, 0], [0, 0, 0]]
     """
-    if int(max_len) < 1:
-        raise ValueError(f"max_len must be >= 1, got {max_len}")
+    check_int("max_len", max_len)
     index = {word: i for i, word in enumerate(vocab)}
-    out = np.full((len(token_lists), int(max_len)), PAD, np.int32)
+    out = np.full((len(token_lists), max_len), PAD, np.int32)
     for row, tokens in enumerate(token_lists):
-        ids = [index.get(t, OOV) for t in tokens[: int(max_len)]]
+        ids = [index.get(t, OOV) for t in tokens[: max_len]]
         out[row, : len(ids)] = ids
     return out
 

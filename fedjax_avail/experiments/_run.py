@@ -393,7 +393,8 @@ def check_algorithms(setup: Setup, config: Mapping[str, Any], seeds: list[int]) 
         try:
             inputs.check_simulate_args(setup.task, setup.train, algorithm, setup.availability,
                                        setup.rounds_of(name, config), seeds, "auto")
-            _evaluation(setup, setup.eval_every_of(name, config), config).check(setup.task)
+            _evaluation(setup, setup.eval_every_of(name, config), config).check(
+                setup.task, setup.train.arrays)
         except (TypeError, ValueError) as error:
             error.args = (f"{name}: {error}", *error.args[1:])
             raise

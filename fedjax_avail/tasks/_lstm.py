@@ -163,6 +163,15 @@ def _token_task(module: LSTMClassifier, frozen: jax.Array | None, vocab_size: in
         if x.size and (x.min() < 0 or x.max() >= vocab_size):
             raise ValueError(f"{name}['x'] must hold token ids in [0, vocab_size={vocab_size}), "
                              f"got values in [{x.min()}, {x.max()}]")
+        # the LSTMs read a row's first (number of non-padding tokens) tokens: padding at the
+        # start or in the middle (Keras' pad_sequences pads at the start) would be misread
+        token = x != PAD
+        inside = np.flatnonzero(np.any(token[:, 1:] & ~token[:, :-1], axis=1))
+        if inside.size:
+            raise ValueError(f"{name}['x'] must hold padding ({PAD}) at the end of each row "
+                             f"only; {inside.size} rows have it before a token, e.g. row "
+                             f"{inside[0]}: {x[inside[0]][:12].tolist()} (pad at the end: "
+                             "pad_sequences(..., padding='post'))")
 
     return classification_task(init, logits, num_classes, check_tokens)
 
