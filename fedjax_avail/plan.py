@@ -107,7 +107,7 @@ def make_plan(task: Task, data: FederatedData, algorithm: Any, availability: Any
         runs_layout, mesh if runs.several and not isinstance(mesh, str) else None)
     inputs.check_simulate_args(task, data, runs.algorithms[0], runs.processes[0], rounds,
                                runs.seeds, client_chunk)
-    evaluation.check(task, data.arrays)
+    evaluation.check(task, data)
     hyper = _swept_values(runs, data.num_clients)
     algorithm = runs.algorithms[0]
     # "auto" is recorded as asked (not as resolved): a resume where free memory or the cores

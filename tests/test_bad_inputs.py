@@ -244,6 +244,8 @@ CASES = [
     ("test_data pixel scale", sim(test_data={"x": X.astype(np.float32), "y": Y}), ValueError,
      ["test_data['x'] holds floats in [0.0, ", "but data.arrays['x'] is uint8",
       "test_data['x'].astype(np.uint8)"]),
+    ("test_data other clients", sim(test_data=D.iid(X, Y, 4)), ValueError,
+     ["test_data is a FederatedData of 4 clients but data has 20"]),
     ("test_data pixel dtype", sim(test_data={"x": X.astype(np.uint16), "y": Y}), ValueError,
      ["test_data['x'] is uint16 but data.arrays['x'] is uint8"]),
     ("test_data lengths", sim(test_data={"x": X, "y": Y[:3]}), ValueError,

@@ -269,3 +269,15 @@ def test_a_mean_of_one_row_is_drawn_as_a_visible_point():
     lines = {line.get_label(): line for line in figure.axes[0].get_lines()}
     assert lines["fedavg"].get_marker() == "o"
     assert lines["fedbuff"].get_marker() in ("None", None, "")  # longer curves stay lines
+
+
+def test_dominant_period_reads_the_evenly_spaced_evaluations_only():
+    # A period of 40 rounds sampled every 5, and the run's last round (203) off the grid, with
+    # a value far off the curve: before, it was read as the next sample of the grid.
+    rounds = np.arange(0, 201, 5)
+    rows = [{"round": int(r), "train_loss": float(np.sin(2 * np.pi * r / 40))} for r in rounds]
+    history = History([*rows, {"round": 203, "train_loss": 50.0}])
+    assert experiments.dominant_period(history) == pytest.approx(40.0, rel=0.05)
+    uneven = History([{"round": r, "train_loss": 1.0} for r in (0, 5, 10, 20, 25, 30, 35)])
+    with pytest.raises(ValueError, match="evenly spaced evaluations of 'train_loss'"):
+        experiments.dominant_period(uneven)

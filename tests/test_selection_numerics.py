@@ -205,3 +205,19 @@ def test_jitted_plain_greedy_memory_is_linear_in_n():
     # One [N, BLOCK // N] distance block (4 BLOCK bytes) and its map output, plus O(N) vectors.
     assert temp < 3 * 4 * _facility.BLOCK + 200 * n, temp
     assert temp < n * n * 4 / 500
+
+
+def test_plain_and_lazy_greedy_break_exact_ties_alike():
+    # Clients 1 and 6 cover equally (column sums 5.8), but float64 sums them a hair apart:
+    # before, plain greedy's bare argmin took client 6, lazy greedy the lower index 1.
+    features = np.array([[0.7], [0.1], [-0.5], [-2.2], [0.4], [-1.0], [0.0], [0.9]])
+    available = np.array([0, 1, 1, 1, 1, 1, 1, 0], bool)
+    for method in ("plain", "lazy"):
+        assert S.greedy_facility_location(features, 2, available, method).tolist() == [1, 3]
+    rng = np.random.default_rng(0)  # features on a 0.1 grid: many exact ties
+    for _ in range(100):
+        n = int(rng.integers(5, 30))
+        features, available = np.round(rng.normal(size=(n, 2)), 1), rng.random(n) < 0.8
+        k = int(rng.integers(1, 5))
+        assert np.array_equal(S.greedy_facility_location(features, k, available, "plain"),
+                              S.greedy_facility_location(features, k, available, "lazy"))

@@ -69,15 +69,23 @@ class Evaluation(Callback):
         self._evaluators: Evaluators | None = None
         self._last: list[int] = []  # per run, the round of its last row (-1: none)
 
-    def check(self, task: Task, train: Mapping[str, Any]) -> None:
+    def check(self, task: Task, train: FederatedData) -> None:
         """The test set against the task (labels it can read, input sizes) and against the
-        training arrays ``train`` (inputs ``"x"`` on one scale), before compute."""
+        training data ``train`` (inputs ``"x"`` on one scale; a per-client test set of its
+        clients), before compute."""
         if self.test_arrays is None:
             return
         if task.validate is not None:
             task.validate(self.test_arrays, "test_data")
-        if "x" in train and "x" in self.test_arrays:  # the inputs (labels are not scaled)
-            _check_same_scale("x", np.asarray(train["x"]), np.asarray(self.test_arrays["x"]))
+        if isinstance(self.test_data, FederatedData) and (
+                self.test_data.num_clients != train.num_clients):
+            raise ValueError(f"test_data is a FederatedData of {self.test_data.num_clients} "
+                             f"clients but data has {train.num_clients}: a per-client test set "
+                             "holds each training client's own split (the fairness metrics "
+                             "compare the clients); pass a dict of arrays for a pooled test set")
+        arrays = train.arrays
+        if "x" in arrays and "x" in self.test_arrays:  # the inputs (labels are not scaled)
+            _check_same_scale("x", np.asarray(arrays["x"]), np.asarray(self.test_arrays["x"]))
 
     def settings(self) -> dict[str, Any]:
         """What of this callback can change a recorded number (a checkpoint's fingerprint)."""

@@ -23,13 +23,20 @@ def oscillation_amplitude(history: History, window: int, column: str = "train_lo
 def dominant_period(history: History, column: str = "train_loss", skip: int = 0) -> float:
     """The period (in rounds) of the strongest Fourier component of a detrended curve.
 
-    Evaluations must be evenly spaced; the first ``skip`` rounds (the initial transient) are
-    dropped, and a linear trend is removed before the FFT.
+    The first ``skip`` rounds (the initial transient) are dropped, and a linear trend is
+    removed before the FFT. The FFT needs evenly spaced evaluations: a row off the grid of the
+    median spacing (a run's last round when ``eval_every`` does not divide the rounds) is
+    left out, and evaluations spaced unevenly otherwise raise ValueError.
     """
     rounds, values = history["round"], history[column]
     keep = rounds >= skip
     rounds, values = rounds[keep], values[keep]
     spacing = float(np.median(np.diff(rounds)))
+    grid = (rounds - rounds[0]) % spacing == 0
+    rounds, values = rounds[grid], values[grid]
+    if np.any(np.diff(rounds) != spacing):
+        raise ValueError(f"dominant_period needs evenly spaced evaluations of {column!r}; got "
+                         f"rounds {rounds[:8].tolist()}... (spacing {spacing:g} expected)")
     t = np.arange(len(values))
     detrended = values - np.polyval(np.polyfit(t, values, 1), t)
     power = np.abs(np.fft.rfft(detrended)) ** 2

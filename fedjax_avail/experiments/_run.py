@@ -394,7 +394,7 @@ def check_algorithms(setup: Setup, config: Mapping[str, Any], seeds: list[int]) 
             inputs.check_simulate_args(setup.task, setup.train, algorithm, setup.availability,
                                        setup.rounds_of(name, config), seeds, "auto")
             _evaluation(setup, setup.eval_every_of(name, config), config).check(
-                setup.task, setup.train.arrays)
+                setup.task, setup.train)
         except (TypeError, ValueError) as error:
             error.args = (f"{name}: {error}", *error.args[1:])
             raise

@@ -305,23 +305,29 @@ def greedy_facility_location(
     cover = np.full(n, np.inf)
     picks: list[int] = []
     m = min(k, int(available.sum()))
+    if m == 0:
+        return np.zeros(0, np.int64)
+    pool = np.flatnonzero(available)
+    big = 2.0 * float(_distances_to(points, int(pool[0])).max()) * (1 + 1e-12) or 1.0
+    current = n * big  # Gbar(S), the coverage cost of the picks so far
     if method == "plain":
         open_ = available.copy()
         for _ in range(m):
             pool = np.flatnonzero(open_)
-            best = int(pool[np.argmin(_coverage_costs(points, cover, pool))])
+            costs = _coverage_costs(points, cover, pool)
+            # An exact tie may round a hair apart: the lowest index within 1e-9 Gbar(S) of
+            # the best, lazy greedy's rule below, so that both pick the same set.
+            best = int(pool[np.flatnonzero(costs <= costs.min() + 1e-9 * current)[0]])
             picks.append(best)
             open_[best] = False
             np.minimum(cover, _distances_to(points, best), out=cover)
+            current = float(cover.sum())
         return np.asarray(picks, np.int64)
     # Lazy: a max-heap of gains computed at some earlier step. By submodularity an old gain
     # bounds the current one, so the top entry, once recomputed and still on top, is the best.
     # Gains are against Gbar(empty) = N * big, big >= every distance (2 max_i d_i0, by the
     # triangle inequality), so the step-0 gains bound all later ones. Stale entries are
     # recomputed COLUMNS at a time from the top (a fresh gain is a valid bound too).
-    pool = np.flatnonzero(available)
-    big = 2.0 * float(_distances_to(points, int(pool[0])).max()) * (1 + 1e-12) or 1.0
-    current = n * big  # Gbar(S), the coverage cost of the picks so far
 
     def gains(indices: list[int]) -> list[float]:
         return (current - _coverage_costs(points, cover, np.asarray(indices, np.int64))).tolist()
