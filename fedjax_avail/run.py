@@ -11,7 +11,7 @@ import jax
 import numpy as np
 
 from fedjax_avail.history import IN_BUDGET, History
-from fedjax_avail.results import Result
+from fedjax_avail.results import Interrupted, Result
 from fedjax_avail.timeline import budget_end
 
 
@@ -95,11 +95,12 @@ class Run:
         far, or raises ``error()`` when it is given (built once the reason is set, so the
         error's results carry it). A stop without an error when nothing is left to run (the
         last boundary, or ``on_run_end``) changes nothing: the run was not cut short. The first
-        stop holds, except that a stop with an error overrides one without (a divergence is
-        never hidden)."""
+        stop holds, except that a stop with an error overrides one without, and the run's own
+        error (a divergence, a stall) overrides a Ctrl-C asked in the same chunk (a divergence
+        is never hidden)."""
         if error is None and (self.complete or self.stop_reason is not None):
             return
-        if self.failed:
+        if self.failed and not isinstance(self.error, Interrupted):
             return
         self.stop_reason, self.failed = reason, error is not None
         self.error = error() if error is not None else None
@@ -139,8 +140,9 @@ class Run:
     def stopped(self, i: int) -> str | None:
         """Why run i ended before ``rounds`` (``Result.stopped``): an error (divergence,
         stall, Ctrl-C), its own end (its budget), a callback's stop; None when it ran them
-        all."""
-        if self.failed:
+        all (another run's divergence ending the call after it did included)."""
+        cut_short = self.done < self.rounds and self.ended[i] is None
+        if self.failed and (cut_short or self.diverged[i] is not None):
             return self.stop_reason
         end = self.ended[i]
         if end is not None and end < self.rounds:

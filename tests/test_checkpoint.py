@@ -256,3 +256,42 @@ def test_the_fingerprint_is_taken_only_when_a_checkpoint_asks(monkeypatch, tmp_p
     assert taken == []
     _run(2, checkpoint_dir=tmp_path, every=1)
     assert len(taken) == 1 and "data" in taken[0] and "algorithm" in taken[0]
+
+
+def _diverging(client_lrs, seed=0):
+    """Linear regression on 20 clients; client_lr 0.6 diverges by round 20, 0.05 does not."""
+    rng = np.random.default_rng(0)
+    clients = []
+    for i in range(20):
+        x = rng.normal(size=(12 + i % 3, 8)).astype(np.float32)
+        clients.append({"x": x, "y": (x[:, 0] > 0).astype(np.float32)})
+    task = fa.Task(init=lambda key: np.zeros(8, np.float32),
+                   loss=lambda w, b: ((b["x"] @ w - b["y"]) ** 2).mean())
+    algorithms = [fa.algorithms.FedAvg(clients_per_round=5, local_steps=5, batch_size=4,
+                                       client_lr=lr) for lr in client_lrs]
+    return lambda: fa.simulate(task, fa.FederatedData.from_client_arrays(clients),
+                               algorithms if len(algorithms) > 1 else algorithms[0],
+                               fa.availability.Bernoulli(0.7), rounds=60, eval_every=20,
+                               seed=seed)
+
+
+def test_a_divergence_is_not_hidden_by_a_ctrl_c_in_the_same_chunk(monkeypatch):
+    # Before, the Ctrl-C's stop came first and held: Interrupted, with a NaN history row.
+    from fedjax_avail.callbacks import _interrupt
+
+    class Requested(_interrupt.StopOnInterrupt):
+        def __enter__(self):
+            self.requested = True  # as if Ctrl-C came during the first chunk
+            return self
+
+    monkeypatch.setattr(_interrupt, "StopOnInterrupt", Requested)
+    with pytest.raises(fa.DivergenceError) as info:
+        _diverging([0.6])()
+    assert info.value.result.stopped == "diverged"
+
+
+def test_runs_that_finished_are_not_marked_stopped_by_another_runs_divergence():
+    with pytest.raises(fa.DivergenceError) as info:
+        _diverging([0.05, 0.6, 0.05], seed=[0, 1, 2])()
+    assert [r.stopped for r in info.value.result] == [None, "diverged", None]
+    assert [int(r.history["round"][-1]) for r in info.value.result] == [60, 60, 60]
