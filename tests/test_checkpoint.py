@@ -149,15 +149,20 @@ def test_ctrl_c_writes_what_finished_and_prints_the_resume_command(tmp_path):
     assert (out / "metrics.csv").read_text() == (fresh / "metrics.csv").read_text()
 
 
-def test_ctrl_c_in_the_library_keeps_the_history(monkeypatch, tmp_path):
+def _ctrl_c_in_the_first_chunk(monkeypatch):
+    """Makes every run see a Ctrl-C asked while its first chunk runs."""
     from fedjax_avail.callbacks import _interrupt
 
     class Requested(_interrupt.StopOnInterrupt):
         def __enter__(self):
-            self.requested = True  # as if Ctrl-C came during the first chunk
+            self.requested = True
             return self
 
     monkeypatch.setattr(_interrupt, "StopOnInterrupt", Requested)
+
+
+def test_ctrl_c_in_the_library_keeps_the_history(monkeypatch, tmp_path):
+    _ctrl_c_in_the_first_chunk(monkeypatch)
     with pytest.raises(fa.Interrupted, match="interrupted after round 10 of 120") as info:
         _run(120, checkpoint_dir=tmp_path)
     assert info.value.result.history["round"].tolist() == [0, 10]
@@ -277,14 +282,7 @@ def _diverging(client_lrs, seed=0):
 
 def test_a_divergence_is_not_hidden_by_a_ctrl_c_in_the_same_chunk(monkeypatch):
     # Before, the Ctrl-C's stop came first and held: Interrupted, with a NaN history row.
-    from fedjax_avail.callbacks import _interrupt
-
-    class Requested(_interrupt.StopOnInterrupt):
-        def __enter__(self):
-            self.requested = True  # as if Ctrl-C came during the first chunk
-            return self
-
-    monkeypatch.setattr(_interrupt, "StopOnInterrupt", Requested)
+    _ctrl_c_in_the_first_chunk(monkeypatch)
     with pytest.raises(fa.DivergenceError) as info:
         _diverging([0.6])()
     assert info.value.result.stopped == "diverged"

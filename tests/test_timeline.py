@@ -67,10 +67,29 @@ def test_markov_k_slot_jump_has_the_k_step_law():
         np.testing.assert_array_equal(np.asarray(same), np.asarray(state.on))
 
 
-def _kasync(n=8, offline="late", **kw):
+def _kasync(n=8, offline="late", k=2, durations=None, **kw):
+    """K-async SGD whose client i's jobs all take ``durations[i]`` (default 1 / speeds from
+    0.5 to 1.5)."""
+    speed = np.linspace(0.5, 1.5, n) if durations is None else 1 / np.asarray(durations)
     return fa.algorithms.KAsyncSGD(
-        clients_per_round=2, batch_size=1, client_lr=0.1, offline=offline, history=None,
-        durations=fa.clock.Constant(1.0, speed=np.linspace(0.5, 1.5, n)), **kw)
+        clients_per_round=k, batch_size=1, client_lr=0.1, offline=offline, history=None,
+        durations=fa.clock.Constant(1.0, speed=speed), **kw)
+
+
+def _on_points(algorithm, availability, rounds, n, **kw):
+    """``simulate``'s round metrics on the quadratic over n one-point clients."""
+    return fa.simulate(quadratic_task(), point_clients(np.arange(float(n))[:, None]), algorithm,
+                       availability, rounds=rounds, **kw).round_metrics
+
+
+def _assert_matches_reference(table, durations, k, updates, offline, rtol):
+    """The clock's updates (clients, staleness, times) are the event-driven reference's."""
+    expected = simulate_events(table, durations, k, updates, offline)
+    m = _on_points(_kasync(len(durations), offline, k, durations), AV.Trace(table), updates,
+                   len(durations))
+    assert m["applied_clients"].tolist() == [e[1] for e in expected]
+    assert m["applied_staleness"].tolist() == [e[2] for e in expected]
+    np.testing.assert_allclose(m["virtual_time"], [e[0] for e in expected], rtol=rtol)
 
 
 @pytest.mark.parametrize("offline", ["late", "lost"])
@@ -103,16 +122,7 @@ def test_the_clock_matches_an_event_driven_reference(offline):
     rng = np.random.default_rng(4)
     table = rng.random((400, n)) < 0.6
     table[20:26] = False  # an outage
-    duration = rng.uniform(0.3, 2.5, n)
-    expected = simulate_events(table, duration, k, updates, offline)
-    alg = fa.algorithms.KAsyncSGD(clients_per_round=k, batch_size=1, client_lr=0.1,
-                                  offline=offline, history=None,
-                                  durations=fa.clock.Constant(1.0, speed=1 / duration))
-    m = fa.simulate(quadratic_task(), point_clients(np.arange(float(n))[:, None]), alg,
-                    AV.Trace(table), rounds=updates).round_metrics
-    np.testing.assert_allclose(m["virtual_time"], [e[0] for e in expected], rtol=1e-5)
-    assert m["applied_clients"].tolist() == [e[1] for e in expected]
-    assert m["applied_staleness"].tolist() == [e[2] for e in expected]
+    _assert_matches_reference(table, rng.uniform(0.3, 2.5, n), k, updates, offline, 1e-5)
 
 
 @pytest.mark.parametrize("offline", ["lost", "late"])
@@ -125,16 +135,7 @@ def test_the_clock_matches_the_reference_when_jobs_finish_together(offline, k):
     n, updates = 9, 60
     rng = np.random.default_rng(k)
     table = rng.random((400, n)) < 0.7
-    duration = rng.choice([0.5, 1.0, 1.5], n)
-    expected = simulate_events(table, duration, k, updates, offline)
-    alg = fa.algorithms.KAsyncSGD(clients_per_round=k, batch_size=1, client_lr=0.1,
-                                  offline=offline, history=None,
-                                  durations=fa.clock.Constant(1.0, speed=1 / duration))
-    m = fa.simulate(quadratic_task(), point_clients(np.arange(float(n))[:, None]), alg,
-                    AV.Trace(table), rounds=updates).round_metrics
-    assert m["applied_clients"].tolist() == [e[1] for e in expected]
-    assert m["applied_staleness"].tolist() == [e[2] for e in expected]
-    np.testing.assert_allclose(m["virtual_time"], [e[0] for e in expected], rtol=1e-6)
+    _assert_matches_reference(table, rng.choice([0.5, 1.0, 1.5], n), k, updates, offline, 1e-6)
 
 
 @pytest.mark.parametrize("offline, slot_length, seed", [("late", 0.3, 0), ("lost", 0.7, 11)])
@@ -143,12 +144,8 @@ def test_virtual_time_never_goes_back_when_updates_land_on_slot_ends(offline, sl
     # Durations in thirds of a slot whose float32 length is inexact: an update summed to an ulp
     # past a slot's end was followed by one at that end, an ulp earlier.
     durations = np.array([3, 2, 2, 1]) * slot_length / 3
-    alg = fa.algorithms.KAsyncSGD(clients_per_round=2, batch_size=1, client_lr=0.1,
-                                  offline=offline, history=None,
-                                  durations=fa.clock.Constant(1.0, speed=1 / durations))
-    m = fa.simulate(quadratic_task(), point_clients(np.arange(4.0)[:, None]), alg,
-                    AV.Bernoulli(0.6), rounds=300, slot_length=slot_length,
-                    seed=seed).round_metrics
+    m = _on_points(_kasync(4, offline, 2, durations), AV.Bernoulli(0.6), 300, 4,
+                   slot_length=slot_length, seed=seed)
     assert np.all(np.diff(m["virtual_time"]) >= 0)
 
 
@@ -181,11 +178,7 @@ def test_jobs_finishing_at_a_slot_end_with_an_update_complete_in_that_slot(
     # second job is lost in slot 1, or waits for slot 2 and completes at its start.
     table = np.ones((20, 2), bool)
     table[1, 1] = False
-    alg = fa.algorithms.KAsyncSGD(clients_per_round=1, batch_size=1, client_lr=0.1,
-                                  offline=offline, history=None,
-                                  durations=fa.clock.Constant(1.0))
-    m = fa.simulate(quadratic_task(), point_clients(np.arange(2.0)[:, None]), alg,
-                    AV.Trace(table), rounds=4).round_metrics
+    m = _on_points(_kasync(2, offline, 1, [1.0, 1.0]), AV.Trace(table), 4, 2)
     assert m["virtual_time"].tolist() == times
     assert m["applied_clients"].ravel().tolist() == clients
     assert m["applied_staleness"].ravel().tolist() == staleness
