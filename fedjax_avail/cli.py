@@ -235,7 +235,8 @@ def _parser() -> argparse.ArgumentParser:
                           "gets a column per swept setting, the summary each algorithm's best")
     run.add_argument("--best", default=None, metavar="CRITERION",
                      help="a sweep's best value: final_test_accuracy (default), "
-                          "final_train_loss, or time_to=ACC (least virtual time to ACC)")
+                          "final_train_loss, or time_to=ACC (least mean over the seeds of "
+                          "their virtual time to ACC)")
     run.add_argument("--separate-programs", action="store_true",
                      help="a sweep: run every point as its own program (by default the points "
                           "that differ only in real-valued settings share one, on the runs "
@@ -282,6 +283,11 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--out", type=Path, default=Path("compare.png"), help="the figure")
     compare.add_argument("--x", default="round", choices=("round", "virtual_time"),
                          help="the x axis")
+    rescore = commands.add_parser(
+        "rescore", help="pick a finished sweep's best points again by another --best")
+    rescore.add_argument("dir", type=Path, metavar="DIR", help="the sweep's output directory")
+    rescore.add_argument("--best", required=True, metavar="CRITERION",
+                         help="final_test_accuracy, final_train_loss, or time_to=ACC (as run's)")
     return parser
 
 
@@ -304,6 +310,11 @@ def main(argv: list[str] | None = None) -> int:
 
             compare_runs(args.dirs, args.out, x=args.x)
             print(f"wrote {args.out}")
+            return 0
+        if args.command == "rescore":
+            rows = experiments.rescore_sweep(args.dir, args.best)
+            print("\n".join(experiments.best_lines(rows, args.best)))
+            print(f"rewrote {args.dir / 'summary.json'}")
             return 0
         return _run(args)
     except (UserError, ValueError, OSError, MemoryError, ImportError,

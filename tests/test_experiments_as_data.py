@@ -12,6 +12,7 @@ from conftest import MNIST_DIR
 
 from fedjax_avail import cli, experiments
 from fedjax_avail.experiments import _parts
+from fedjax_avail.experiments._folder import mean_history
 from fedjax_avail.history import History
 
 OFFLINE = [name for name, e in experiments.REGISTRY.items()
@@ -195,15 +196,97 @@ def test_best_without_a_sweep_is_refused_not_ignored(capsys):
     assert "is not a sweep: add --sweep" in capsys.readouterr().err
 
 
-def test_time_to_accuracy_picks_the_earliest():
+def _evaluations(*points):
+    """A run's evaluations from (round, virtual time, test accuracy)."""
+    return History([{"round": r, "virtual_time": t, "test_accuracy": a} for r, t, a in points])
+
+
+def test_time_to_accuracy_scores_each_seeds_own_time():
     score = experiments.criterion("time_to=0.5")
-    fast = History([{"round": 0, "virtual_time": 0.0, "test_accuracy": 0.1},
-                    {"round": 5, "virtual_time": 7.0, "test_accuracy": 0.6}])
-    slow = History([{"round": 0, "virtual_time": 0.0, "test_accuracy": 0.1},
-                    {"round": 5, "virtual_time": 9.0, "test_accuracy": 0.5}])
-    never = History([{"round": 0, "virtual_time": 0.0, "test_accuracy": 0.1}])
-    assert score({}, fast) == -7.0 > score({}, slow) == -9.0
-    assert score({}, never) is None
+    fast = _evaluations((0, np.nan, 0.1), (5, 7.0, 0.6))
+    slow = _evaluations((0, np.nan, 0.1), (5, 9.0, 0.5))
+    never = _evaluations((0, np.nan, 0.1), (5, 12.0, 0.4))
+    assert score({}, [fast]) == -7.0 > score({}, [slow]) == -9.0
+    assert score({}, [never]) is None
+    assert score({}, [fast, never]) == -(7.0 + 12.0) / 2  # never there: the run's end
+    # two seeds past 0.5 at different times, whose mean curve never gets there
+    up_down = _evaluations((0, np.nan, 0.1), (1, 1.0, 0.6), (2, 2.0, 0.3))
+    down_up = _evaluations((0, np.nan, 0.1), (1, 1.0, 0.3), (2, 2.0, 0.6))
+    assert max(mean_history([up_down, down_up])["test_accuracy"]) < 0.5
+    assert score({}, [up_down, down_up]) == -1.5
+    # a budget stops seeds at different rounds; the mean curve keeps the rounds all recorded
+    budgeted = _evaluations((0, np.nan, 0.1), (4, 4.0, 0.45), (5, 6.5, 0.55))
+    assert max(mean_history([budgeted, down_up])["test_accuracy"]) < 0.5
+    assert score({}, [budgeted, down_up]) == -(6.5 + 2.0) / 2
+    no_clock = History([{"round": 0, "test_accuracy": 0.1}, {"round": 4, "test_accuracy": 0.7}])
+    assert score({}, [no_clock]) == -4.0  # rounds where the run has no clock
+
+
+def _first_time(rows, accuracy):
+    """Plain reference: a seed's first virtual time (round 0's NaN: 0) at ``accuracy``, or its
+    last evaluation's where it never gets there."""
+    def x(row):
+        t = float(row["virtual_time"]) if row.get("virtual_time") else float(row["round"])
+        return t if np.isfinite(t) else 0.0
+    rows = sorted(rows, key=lambda r: int(r["round"]))
+    return next((x(r) for r in rows if r["test_accuracy"] and float(r["test_accuracy"])
+                 >= accuracy), x(rows[-1]))
+
+
+def test_a_finished_sweep_is_rescored_from_its_metrics_without_running(tmp_path, capsys):
+    grid = tmp_path / "grid"
+    assert cli.main(["run", "--set", "rounds=6", "--set", "eval_every=3", "--set",
+                     "algorithms=fedavg,fedlaavg", "--set", "seeds=0,1", "--no-progress",
+                     "--sweep", "lr=0.05,0.2", "--out", str(grid)]) == 0
+    first = (grid / "summary.json").read_text()
+    rows = _csv(grid / "metrics.csv")
+    accuracy = float(np.median([float(r["test_accuracy"]) for r in rows if r["round"] != "0"]))
+    capsys.readouterr()
+    assert cli.main(["rescore", str(grid), "--best", f"time_to={accuracy}"]) == 0
+    assert f"best for fedavg by time_to={accuracy}: lr=" in capsys.readouterr().out
+    summary = json.loads((grid / "summary.json").read_text())
+    config = json.loads((grid / "config.json").read_text())
+    assert config["best"] == f"time_to={accuracy}" and "git_commit" in config["rescored"]
+    for row in summary:
+        mine = [r for r in rows if r["setting"] == row["setting"]
+                and r["algorithm"] == row["algorithm"]]
+        seeds = sorted({r["seed"] for r in mine})
+        assert len(seeds) == 2
+        times = [_first_time([r for r in mine if r["seed"] == s], accuracy) for s in seeds]
+        reached = any(float(r["test_accuracy"]) >= accuracy for r in mine if r["test_accuracy"])
+        assert row["score"] == (pytest.approx(-np.mean(times)) if reached else None)
+    for algorithm in ("fedavg", "fedlaavg"):
+        scores = [row["score"] for row in summary if row["algorithm"] == algorithm]
+        top = max((s for s in scores if s is not None), default=None)
+        assert [row["best"] for row in summary if row["algorithm"] == algorithm] == [
+            s is not None and s == top for s in scores]
+    # back to the criterion it ran with: the summary it wrote, to the byte
+    assert cli.main(["rescore", str(grid), "--best", "final_test_accuracy"]) == 0
+    assert (grid / "summary.json").read_text() == first
+    assert cli.main(["rescore", str(grid / "lr_0.05"), "--best", "final_test_accuracy"]) == 2
+    assert "holds no sweep's results" in capsys.readouterr().err
+
+
+def test_a_setting_nothing_in_the_run_reads_is_refused_not_recorded(capsys, mnist):
+    """A setting changed from its default that neither the build, nor the parts it built, nor
+    the runner reads would be recorded in config.json and ignored: a sweep over it would label
+    identical runs differently."""
+    assert cli.main(["run", "--set", "mu=5", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "setting mu=5.0: nothing in this run reads it (it feeds fedprox, which " in err
+    assert cli.main(["run", "--sweep", "mu=0.1,5", "--dry-run"]) == 2
+    assert "setting mu=0.1: nothing in this run reads it" in capsys.readouterr().err
+    assert cli.main(["run", "--set", "mu=5", "--set", "algorithms=fedavg,fedprox",
+                     "--dry-run"]) == 0
+    assert cli.main(["run", "--set", "mu=1", "--dry-run"]) == 0  # its default: no change
+    experiment = experiments.get("wkafl-mnist")
+    with pytest.raises(ValueError, match="setting init=flax: nothing in this run reads it"):
+        experiment.setup(experiment.config({"model": "lr", "init": "flax", "data_dir": str(
+            MNIST_DIR), "num_clients": 20}))
+    setup = experiment.setup(experiment.config({"model": "cnn", "init": "flax", "data_dir": str(
+        MNIST_DIR), "num_clients": 20}))
+    assert setup.train.arrays["x"].ndim == 4  # the CNN's, which reads init
+    capsys.readouterr()
 
 
 def test_a_fields_meaning_comes_from_its_class_docstring():

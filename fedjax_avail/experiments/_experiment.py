@@ -86,11 +86,33 @@ class Experiment:
 
     def setup(self, config: Mapping[str, Any]) -> Setup:
         """The experiment's parts under ``config`` (checked by :meth:`config`), its dotted
-        settings applied to them."""
-        setup = _parts.apply(self.build(dict(config)), config)
+        settings applied to them.
+
+        Raises:
+          ValueError: a setting changed from its default that nothing in this run reads (e.g.
+            ``mu`` without ``fedprox`` among ``algorithms``), naming it, before training.
+        """
+        reads = _Reads(config)
+        setup = _parts.apply(self.build(reads), config)
         if setup.window_of is not None:
             setup = setup._replace(window=setup.window_of(setup.availability))
+        self._check_read(config, reads.keys_read | _run_reads(setup))
         return setup
+
+    def _check_read(self, config: Mapping[str, Any], read: set[str]) -> None:
+        """Refuses a setting given a value other than its default that nothing read (the
+        build, the parts it built, the runner): a run would record it and ignore it."""
+        unread = [k for k, v in config.items() if k in self.defaults and k not in read
+                  and not _same(v, self.defaults[k])]
+        if not unread:
+            return
+        key = unread[0]
+        readers = [name for name, p in self.parts.items() if key in _parts.settings_of(p)]
+        why = (f"it feeds {', '.join(readers)}, which algorithms="
+               f"{','.join(config['algorithms'])} leaves out" if readers else
+               f"{self.name} does not use it under these settings")
+        raise ValueError(f"setting {key}={_text(config[key])}: nothing in this run reads it "
+                         f"({why}); leave it out")
 
     def meaning(self, key: str) -> str:
         """One line on what setting ``key`` does ("" for a setting nobody described)."""
@@ -118,6 +140,49 @@ class Experiment:
                              "clients_per_round = round(beta * num_clients))")
         check_settings(config, self.defaults, self.all_choices(), _parts.feeds(self.parts))
         return config
+
+
+class _Reads(dict):
+    """A configuration that records which settings were read from it (``keys_read``)."""
+
+    def __init__(self, config: Mapping[str, Any]):
+        super().__init__(config)
+        self.keys_read: set[str] = set()
+
+    def __getitem__(self, key: str) -> Any:
+        self.keys_read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.keys_read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        self.keys_read.add(key)
+        return super().__contains__(key)
+
+
+def _run_reads(setup: Setup) -> set[str]:
+    """The settings :func:`~fedjax_avail.experiments.run` reads itself: the seeds, the
+    algorithms, the training examples evaluated, and ``rounds`` and ``eval_every`` where an
+    algorithm has no number of its own (``Setup.rounds``, ``Setup.eval_every``)."""
+    read = {"seed", "seeds", "algorithms", "train_eval_examples"}
+    if any(name not in setup.rounds for name in setup.algorithms):
+        read.add("rounds")
+    if any(name not in setup.eval_every for name in setup.algorithms):
+        read.add("eval_every")
+    return read
+
+
+def _same(value: Any, default: Any) -> bool:
+    """Whether a setting's value is its default (a list given for a tuple default alike)."""
+    if isinstance(value, (list, tuple)) and isinstance(default, (list, tuple)):
+        return tuple(value) == tuple(default)
+    return type(value) is type(default) and value == default or value is default
+
+
+def _text(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
 
 def parse_value(text: str, default: Any) -> Any:

@@ -126,6 +126,13 @@ def build_parts(parts: Mapping[str, Part], config: Mapping[str, Any]) -> dict[st
     return {name: parts[name].build(config) for name in names}
 
 
+def settings_of(p: Part) -> set[str]:
+    """The names of the settings a part (and the parts within it) reads."""
+    return {name for value in p.fields.values() for name in (
+        settings_of(value) if isinstance(value, Part) else
+        {value.name} if isinstance(value, Setting) else ())}
+
+
 def feeds(parts: Mapping[str, Part]) -> dict[str, list[tuple[type, str]]]:
     """Each setting the ``parts`` read -> the ``(class, field)`` pairs whose annotations check
     its value (every field it feeds as it is, or its ``checked_as``)."""
