@@ -465,7 +465,8 @@ def _dry_run(experiment, overrides: dict, mesh=None, together: bool = True) -> i
         groups = (experiments.programs(experiment, panels) if together
                   else [[label] for label in panels])
         plans = [(group, experiments.plan(experiment.base, panels[group[0]], mesh,
-                                          points=len(group))) for group in groups]
+                                          points=len(group), check_read=False))
+                 for group in groups]  # sweep_settings checked what the panels read
         base, first = experiment.base, next(iter(panels.values()))
     else:
         plans = [([], experiments.plan(experiment, overrides, mesh))]

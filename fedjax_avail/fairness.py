@@ -6,7 +6,8 @@ From per-client accuracies ``acc_i`` (the global model on client i's test exampl
   metric (its text names no formula; the values it reports fit a standard deviation of per-client
   accuracy, spec ``subtrunc_unionfl.md`` 4.4);
 * ``acc_min``, ``acc_max``, ``acc_range`` (max - min);
-* ``acc_worst10`` / ``acc_best10``: the mean over the worst / best 10% of clients (at least one);
+* ``acc_worst10`` / ``acc_best10``: the mean over the worst / best 10% of clients: N / 10
+  rounded, halves up (25 clients: 3), and at least one;
 * ``jain``: Jain's index ``(sum acc)^2 / (N sum acc^2)``, 1 when every client is served alike.
 """
 
@@ -23,7 +24,7 @@ def fairness_metrics(per_client: np.ndarray) -> dict[str, float]:
     if acc.ndim != 1 or acc.size == 0:
         raise ValueError(f"per_client must be a non-empty [N] vector, got shape {acc.shape}")
     ranked = np.sort(acc)
-    tenth = max(1, int(round(0.1 * acc.size)))
+    tenth = max(1, (acc.size + 5) // 10)  # N / 10 rounded half up, in integers
     squares = float(np.sum(acc**2))
     return {
         "client_dissimilarity": float(100.0 * np.std(acc)),

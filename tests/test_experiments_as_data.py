@@ -265,9 +265,15 @@ def test_a_finished_sweep_is_rescored_from_its_metrics_without_running(tmp_path,
     assert (grid / "summary.json").read_text() == first
     assert cli.main(["rescore", str(grid / "lr_0.05"), "--best", "final_test_accuracy"]) == 2
     assert "holds no sweep's results" in capsys.readouterr().err
+    assert cli.main(["rescore", str(tmp_path / "none"), "--best", "final_test_accuracy"]) == 2
+    assert not (tmp_path / "none").exists()
+    # an interrupted sweep (no config.json yet) is rescored over the points it finished
+    (grid / "config.json").unlink()
+    assert cli.main(["rescore", str(grid), "--best", f"time_to={accuracy}"]) == 0
+    assert json.loads((grid / "summary.json").read_text()) == summary
 
 
-def test_a_setting_nothing_in_the_run_reads_is_refused_not_recorded(capsys, mnist):
+def test_a_setting_nothing_in_the_run_reads_is_refused_not_recorded(tmp_path, capsys, mnist):
     """A setting changed from its default that neither the build, nor the parts it built, nor
     the runner reads would be recorded in config.json and ignored: a sweep over it would label
     identical runs differently."""
@@ -279,13 +285,27 @@ def test_a_setting_nothing_in_the_run_reads_is_refused_not_recorded(capsys, mnis
     assert cli.main(["run", "--set", "mu=5", "--set", "algorithms=fedavg,fedprox",
                      "--dry-run"]) == 0
     assert cli.main(["run", "--set", "mu=1", "--dry-run"]) == 0  # its default: no change
+    default = experiments.DEFAULT
+    config = default.config({"mu": 1})  # an int for the float default (a TOML file's `mu = 1`)
+    default.check_read([config], [default.setup(config)])
+    # a sweep keeps a setting that one of its points reads, in whichever program it runs
+    assert cli.main(["run", "--sweep", "algorithms=fedavg,fedprox", "--set", "mu=5",
+                     "--dry-run"]) == 0
+    # and refuses one that none reads before the first point trains
+    assert cli.main(["run", "--sweep", "algorithms=fedavg,fedlaavg", "--set", "mu=5",
+                     "--no-progress", "--out", str(tmp_path / "grid")]) == 2
+    assert "setting mu=5.0: nothing in this run reads it" in capsys.readouterr().err
+    assert not list(tmp_path.rglob("metrics.csv"))
     experiment = experiments.get("wkafl-mnist")
+    built = {}
+    for model in ("lr", "cnn"):
+        config = experiment.config({"model": model, "init": "flax", "data_dir": str(MNIST_DIR),
+                                    "num_clients": 20})
+        built[model] = (config, experiment.setup(config))
+    assert built["lr"][1].unread == {"init"} and not built["cnn"][1].unread  # the CNN reads it
     with pytest.raises(ValueError, match="setting init=flax: nothing in this run reads it"):
-        experiment.setup(experiment.config({"model": "lr", "init": "flax", "data_dir": str(
-            MNIST_DIR), "num_clients": 20}))
-    setup = experiment.setup(experiment.config({"model": "cnn", "init": "flax", "data_dir": str(
-        MNIST_DIR), "num_clients": 20}))
-    assert setup.train.arrays["x"].ndim == 4  # the CNN's, which reads init
+        experiment.check_read([built["lr"][0]], [built["lr"][1]])
+    experiment.check_read(*zip(*built.values(), strict=True))  # a sweep over model keeps it
     capsys.readouterr()
 
 

@@ -211,6 +211,16 @@ def test_fairness_metrics_equal_a_plain_computation():
     assert fa.fairness.fairness_metrics(np.full(20, 0.7))["jain"] == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("n, tenth", [(4, 1), (14, 1), (15, 2), (25, 3), (35, 4), (45, 5)])
+def test_the_worst_and_best_tenth_round_halves_up(n, tenth):
+    """10% of N clients is N / 10 rounded half up, however 0.1 * N falls in floats (Python's
+    round took 25 to 2 and 35 to 4)."""
+    acc = np.linspace(0.0, 1.0, n)
+    m = fa.fairness.fairness_metrics(acc)
+    assert m["acc_worst10"] == pytest.approx(acc[:tenth].mean())
+    assert m["acc_best10"] == pytest.approx(acc[-tenth:].mean())
+
+
 def test_history_records_per_client_fairness(three_classes):
     fd, test = three_classes
     result = _run(fd, S.Uniform(), rounds=6, test=test)

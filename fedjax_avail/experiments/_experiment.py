@@ -9,7 +9,7 @@ data and makes the availability process; :meth:`Experiment.config` checks a conf
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -40,6 +40,9 @@ class Setup(NamedTuple):
     # the window as the availability process sets it (so that a dotted availability setting,
     # e.g. availability.period, moves it too); None: ``window`` as given
     window_of: Callable[[AvailabilityProcess], int] | None = None
+    # settings changed from their defaults that nothing in this run reads (the build, the parts
+    # it built, the runner): :meth:`Experiment.check_read` refuses them
+    unread: frozenset[str] = frozenset()
 
     def rounds_of(self, name: str, config: Mapping[str, Any]) -> int:
         return int(self.rounds.get(name, config["rounds"]))
@@ -86,32 +89,35 @@ class Experiment:
 
     def setup(self, config: Mapping[str, Any]) -> Setup:
         """The experiment's parts under ``config`` (checked by :meth:`config`), its dotted
-        settings applied to them.
-
-        Raises:
-          ValueError: a setting changed from its default that nothing in this run reads (e.g.
-            ``mu`` without ``fedprox`` among ``algorithms``), naming it, before training.
-        """
+        settings applied to them, and ``unread``: the settings changed from their defaults
+        that nothing in this run reads."""
         reads = _Reads(config)
         setup = _parts.apply(self.build(reads), config)
         if setup.window_of is not None:
             setup = setup._replace(window=setup.window_of(setup.availability))
-        self._check_read(config, reads.keys_read | _run_reads(setup))
-        return setup
+        read = reads.keys_read | _run_reads(setup)
+        return setup._replace(unread=frozenset(
+            k for k, v in config.items() if k in self.defaults and k not in read
+            and not _same(v, self.defaults[k])))
 
-    def _check_read(self, config: Mapping[str, Any], read: set[str]) -> None:
-        """Refuses a setting given a value other than its default that nothing read (the
-        build, the parts it built, the runner): a run would record it and ignore it."""
-        unread = [k for k, v in config.items() if k in self.defaults and k not in read
-                  and not _same(v, self.defaults[k])]
-        if not unread:
+    def check_read(self, configs: Sequence[Mapping[str, Any]], setups: Sequence[Setup]) -> None:
+        """Refuses a setting changed from its default that no point of a call reads (each
+        point's :meth:`setup`'s ``unread``): a run would record it and ignore it, and a sweep
+        over it label identical runs differently. A sweep checks all its points together: a
+        setting one of them reads (``mu`` where one point runs ``fedprox``) is kept.
+
+        Raises:
+          ValueError: naming the setting, its value and why it is unread, before compute.
+        """
+        unread = frozenset.intersection(*(setup.unread for setup in setups))
+        key = next((k for k in configs[0] if k in unread), None)
+        if key is None:
             return
-        key = unread[0]
         readers = [name for name, p in self.parts.items() if key in _parts.settings_of(p)]
-        why = (f"it feeds {', '.join(readers)}, which algorithms="
-               f"{','.join(config['algorithms'])} leaves out" if readers else
-               f"{self.name} does not use it under these settings")
-        raise ValueError(f"setting {key}={_text(config[key])}: nothing in this run reads it "
+        running = sorted({name for config in configs for name in config.get("algorithms", ())})
+        why = (f"it feeds {', '.join(readers)}, which algorithms={','.join(running)} leaves out"
+               if readers else f"{self.name} does not use it under these settings")
+        raise ValueError(f"setting {key}={_text(configs[0][key])}: nothing in this run reads it "
                          f"({why}); leave it out")
 
     def meaning(self, key: str) -> str:
@@ -175,10 +181,15 @@ def _run_reads(setup: Setup) -> set[str]:
 
 
 def _same(value: Any, default: Any) -> bool:
-    """Whether a setting's value is its default (a list given for a tuple default alike)."""
+    """Whether a setting's value is its default: a list for a tuple, an int for a float
+    (``mu = 1`` in a TOML file) alike; a bool only as itself."""
     if isinstance(value, (list, tuple)) and isinstance(default, (list, tuple)):
         return tuple(value) == tuple(default)
-    return type(value) is type(default) and value == default or value is default
+    if isinstance(value, bool) or isinstance(default, bool):
+        return value is default
+    return type(value) is type(default) and value == default or (
+        isinstance(value, (int, float)) and isinstance(default, (int, float))
+        and value == default)
 
 
 def _text(value: Any) -> str:

@@ -140,6 +140,7 @@ def run_together(
     tensorboard: bool = False,
     checkpoint_seconds: float | None = None,
     overwrite: bool = False,
+    check_read: bool = True,
 ) -> list[RunOutcome]:
     """:func:`run` at several points (settings) of one experiment that share one compiled
     program: each algorithm is one ``simulate`` call whose runs axis holds every point's seeds
@@ -163,6 +164,9 @@ def run_together(
       out_dirs: each point's output folder (all None: nothing is written).
       progress, resume, checkpoint_every, mesh, checkpoint, keep_checkpoints, tensorboard,
         checkpoint_seconds, overwrite: as :func:`run`'s, for every point.
+      check_read: refuse a setting changed from its default that none of ``points`` reads
+        (:meth:`Experiment.check_read`); :func:`run_sweep` checks all its points at once
+        instead, as a program holds only some of them.
 
     Returns:
       one :class:`RunOutcome` per point.
@@ -204,6 +208,8 @@ def run_together(
         setups = program_setups(experiment, configs)
         for config, setup in zip(configs, setups, strict=True):  # all, before the first trains
             check_algorithms(setup, config, seeds_of(config))
+        if check_read:
+            experiment.check_read(configs, setups)
         for d, found, recorded in zip(dirs, earlier, settings, strict=True):
             if d is None:
                 continue
@@ -347,13 +353,15 @@ def _until_diverged(result: Any, round_index: int) -> Any:
 
 
 def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None,
-         mesh: Any = "auto", points: int = 1) -> list[dict]:
+         mesh: Any = "auto", points: int = 1, check_read: bool = True) -> list[dict]:
     """Everything :func:`run` checks before compute, and no compute: ``--dry-run``.
 
     Builds the experiment (loads its data, constructs every algorithm), runs ``simulate``'s
     argument checks for each algorithm and its memory estimate against this device (against
     ``mesh``'s devices, :func:`run`'s ``mesh``, when given), for ``points`` points of a sweep
     sharing the program (:func:`run_together`: ``points`` times the seeds on its runs axis).
+    ``check_read``: refuse a setting changed from its default that the run does not read
+    (False for a sweep's program, whose sweep checks its points together).
 
     Returns:
       one row per algorithm: ``algorithm``, ``rounds``, ``seeds``, ``estimated_bytes``.
@@ -365,6 +373,8 @@ def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None,
     setup = experiment.setup(config)
     seeds = seeds_of(config)
     check_algorithms(setup, config, seeds)
+    if check_read:
+        experiment.check_read([config], [setup])
     runs = len(seeds) * points
     rows = []
     for name, algorithm in setup.algorithms.items():

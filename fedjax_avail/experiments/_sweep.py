@@ -77,7 +77,7 @@ def sweep_settings(sweep: Sweep, overrides: Mapping[str, Any] | None = None
 
     Raises:
       ValueError: an override of a setting that the panels set themselves (e.g. ``E`` in the
-        Fig. 4 sweep), or a bad setting.
+        Fig. 4 sweep), a bad setting, or one changed from its default that no panel reads.
     """
     overrides = dict(overrides or {})
     for label, setting in sweep.settings.items():
@@ -91,6 +91,7 @@ def sweep_settings(sweep: Sweep, overrides: Mapping[str, Any] | None = None
     for panel in panels.values():
         sweep.base.config(panel)
     _check_parts(sweep, panels)
+    _check_read(sweep, panels)
     return panels
 
 
@@ -195,6 +196,7 @@ def run_sweep(
             started = first is not None and (first / "checkpoints" / "settings.json").exists()
             results = run_together(sweep.base, [panels[label] for label in labels],
                                    [dirs[label] for label in labels], progress,
+                                   check_read=False,  # sweep_settings checked every panel
                                    resume=resume and started,
                                    overwrite=overwrite or (resume and not started),
                                    checkpoint_every=checkpoint_every, mesh=mesh, **run_options)
@@ -286,6 +288,16 @@ def _check_parts(sweep: Sweep, panels: Mapping[str, Mapping[str, Any]]) -> None:
         if hit:
             raise ValueError(f"setting {key}: the panels of {sweep.name} set {hit[0]} "
                              "themselves (it differs from panel to panel)")
+
+
+def _check_read(sweep: Sweep, panels: Mapping[str, Mapping[str, Any]]) -> None:
+    """Before the first panel trains: a setting changed from its default that no panel reads
+    is refused (:meth:`~fedjax_avail.experiments.Experiment.check_read`); one that some panel
+    reads is kept (``mu`` in a sweep over ``algorithms=fedavg`` and ``fedprox``)."""
+    configs = [sweep.base.config(panel) for panel in panels.values()]
+    distinct = {json.dumps({k: v for k, v in c.items() if not _parts.is_dotted(k)},
+                           sort_keys=True, default=str): c for c in configs}
+    sweep.base.check_read(configs, [sweep.base.setup(c) for c in distinct.values()])
 
 
 def _groups(sweep: Sweep, panels: Mapping[str, Mapping[str, Any]],
@@ -430,34 +442,42 @@ def _mark_best(summary: list[dict[str, Any]]) -> None:
 
 
 def rescore_sweep(out_dir: str | Path, best: str) -> list[dict[str, Any]]:
-    """Picks each algorithm's best point of a finished sweep again by another ``best``
+    """Picks each algorithm's best point of a sweep again by another ``best``
     (:func:`criterion`), from what the sweep wrote: each point's ``metrics.csv`` (per seed) and
-    the sweep's ``summary.json``. Rewrites ``summary.json``'s ``score`` and ``best``, and
-    ``config.json``'s ``best`` beside ``rescored`` (the provenance of this rescoring: commit,
-    command line, time); nothing is run again. Returns the summary rows
-    (:func:`best_lines` names the best points).
+    the sweep's ``summary.json`` (an interrupted sweep's too: the points it finished).
+    Rewrites ``summary.json``'s ``score`` and ``best``, and ``config.json``'s ``best`` beside
+    ``rescored`` (the provenance of this rescoring: commit, command line, time); nothing is run
+    again. Returns the summary rows (:func:`best_lines` names the best points).
 
     Raises:
-      ValueError: a bad ``best``, or ``out_dir`` holds no sweep's results (``config.json`` with
-        a ``sweep``, ``summary.json``), before anything is written.
+      ValueError: a bad ``best``, or ``out_dir`` holds no sweep's results (a ``summary.json``
+        whose rows name their point, and no single run's ``config.json``), before anything is
+        written.
       FileNotFoundError: a point's folder without its ``metrics.csv``.
+      fedjax_avail.DirectoryBusyError: a run or sweep is writing ``out_dir``.
     """
     score = criterion(best)
     out_dir = Path(out_dir)
     config_path, summary_path = out_dir / "config.json", out_dir / "summary.json"
-    config = json.loads(config_path.read_text()) if config_path.is_file() else {}
-    if "sweep" not in config or not summary_path.is_file():
-        raise ValueError(f"{out_dir} holds no sweep's results (the config.json and summary.json "
-                         "that fedjax-avail run --sweep writes)")
-    summary = json.loads(summary_path.read_text())
-    runs = {label: read_runs(out_dir / _slug(label))
-            for label in dict.fromkeys(row["setting"] for row in summary)}
-    for row in summary:
-        row["score"] = score(row, runs[row["setting"]][row["algorithm"]])
-    _mark_best(summary)
-    atomic_write_text(summary_path, json.dumps(summary, indent=2) + "\n")
-    atomic_write_text(config_path, json.dumps({**config, "best": best, "rescored": provenance()},
-                                              indent=2, default=str) + "\n")
+    if not summary_path.is_file():  # (before the lock, which would make the folder)
+        raise ValueError(f"{out_dir} holds no sweep's results (the summary.json and "
+                         "config.json that fedjax-avail run --sweep writes)")
+    with DirectoryLock(out_dir, "out_dir"):
+        config = json.loads(config_path.read_text()) if config_path.is_file() else None
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else []
+        if not summary or not all("setting" in row for row in summary) or (
+                config is not None and "sweep" not in config):
+            raise ValueError(f"{out_dir} holds no sweep's results (the summary.json and "
+                             "config.json that fedjax-avail run --sweep writes)")
+        runs = {label: read_runs(out_dir / _slug(label))
+                for label in dict.fromkeys(row["setting"] for row in summary)}
+        for row in summary:
+            row["score"] = score(row, runs[row["setting"]][row["algorithm"]])
+        _mark_best(summary)
+        atomic_write_text(summary_path, json.dumps(summary, indent=2) + "\n")
+        if config is not None:
+            atomic_write_text(config_path, json.dumps(
+                {**config, "best": best, "rescored": provenance()}, indent=2, default=str) + "\n")
     return summary
 
 
