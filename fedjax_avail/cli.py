@@ -462,11 +462,12 @@ def _dry_run(experiment, overrides: dict, mesh=None, together: bool = True) -> i
 
     if isinstance(experiment, experiments.Sweep):
         panels = experiments.sweep_settings(experiment, overrides)
+        experiment.check_read(panels)
         groups = (experiments.programs(experiment, panels) if together
                   else [[label] for label in panels])
         plans = [(group, experiments.plan(experiment.base, panels[group[0]], mesh,
                                           points=len(group), check_read=False))
-                 for group in groups]  # sweep_settings checked what the panels read
+                 for group in groups]  # checked together above
         base, first = experiment.base, next(iter(panels.values()))
     else:
         plans = [([], experiments.plan(experiment, overrides, mesh))]

@@ -69,6 +69,21 @@ class Sweep:
         """Every setting ``--set`` accepts, with its value before the panels' overrides."""
         return {**self.base.defaults, **self.defaults}
 
+    def check_read(self, panels: Mapping[str, Mapping[str, Any]]) -> None:
+        """Refuses a setting changed from its default that no panel reads
+        (:meth:`~fedjax_avail.experiments.Experiment.check_read`, every panel built: its data
+        loaded); one that some panel reads is kept (``mu`` in a sweep over
+        ``algorithms=fedavg`` and ``fedprox``). :func:`run_sweep` calls it before the first
+        panel trains.
+
+        Args:
+          panels: panel label -> its overrides of ``base`` (:func:`sweep_settings`).
+        """
+        configs = [self.base.config(panel) for panel in panels.values()]
+        distinct = {json.dumps({k: v for k, v in c.items() if not _parts.is_dotted(k)},
+                               sort_keys=True, default=str): c for c in configs}
+        self.base.check_read(configs, [self.base.setup(c) for c in distinct.values()])
+
 
 def sweep_settings(sweep: Sweep, overrides: Mapping[str, Any] | None = None
                    ) -> dict[str, dict[str, Any]]:
@@ -77,7 +92,7 @@ def sweep_settings(sweep: Sweep, overrides: Mapping[str, Any] | None = None
 
     Raises:
       ValueError: an override of a setting that the panels set themselves (e.g. ``E`` in the
-        Fig. 4 sweep), a bad setting, or one changed from its default that no panel reads.
+        Fig. 4 sweep), or a bad setting.
     """
     overrides = dict(overrides or {})
     for label, setting in sweep.settings.items():
@@ -91,7 +106,6 @@ def sweep_settings(sweep: Sweep, overrides: Mapping[str, Any] | None = None
     for panel in panels.values():
         sweep.base.config(panel)
     _check_parts(sweep, panels)
-    _check_read(sweep, panels)
     return panels
 
 
@@ -177,6 +191,7 @@ def run_sweep(
     """
     score = criterion(best)
     panels = sweep_settings(sweep, overrides)
+    sweep.check_read(panels)
     shared = {**sweep.defaults, **dict(overrides or {})}
     if out_dir is not None:
         out_dir = check_writable_dir(out_dir, "out_dir")
@@ -196,7 +211,7 @@ def run_sweep(
             started = first is not None and (first / "checkpoints" / "settings.json").exists()
             results = run_together(sweep.base, [panels[label] for label in labels],
                                    [dirs[label] for label in labels], progress,
-                                   check_read=False,  # sweep_settings checked every panel
+                                   check_read=False,  # sweep.check_read checked them all
                                    resume=resume and started,
                                    overwrite=overwrite or (resume and not started),
                                    checkpoint_every=checkpoint_every, mesh=mesh, **run_options)
@@ -288,16 +303,6 @@ def _check_parts(sweep: Sweep, panels: Mapping[str, Mapping[str, Any]]) -> None:
         if hit:
             raise ValueError(f"setting {key}: the panels of {sweep.name} set {hit[0]} "
                              "themselves (it differs from panel to panel)")
-
-
-def _check_read(sweep: Sweep, panels: Mapping[str, Mapping[str, Any]]) -> None:
-    """Before the first panel trains: a setting changed from its default that no panel reads
-    is refused (:meth:`~fedjax_avail.experiments.Experiment.check_read`); one that some panel
-    reads is kept (``mu`` in a sweep over ``algorithms=fedavg`` and ``fedprox``)."""
-    configs = [sweep.base.config(panel) for panel in panels.values()]
-    distinct = {json.dumps({k: v for k, v in c.items() if not _parts.is_dotted(k)},
-                           sort_keys=True, default=str): c for c in configs}
-    sweep.base.check_read(configs, [sweep.base.setup(c) for c in distinct.values()])
 
 
 def _groups(sweep: Sweep, panels: Mapping[str, Mapping[str, Any]],
