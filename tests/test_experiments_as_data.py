@@ -267,6 +267,11 @@ def test_a_finished_sweep_is_rescored_from_its_metrics_without_running(tmp_path,
     assert "holds no sweep's results" in capsys.readouterr().err
     assert cli.main(["rescore", str(tmp_path / "none"), "--best", "final_test_accuracy"]) == 2
     assert not (tmp_path / "none").exists()
+    (tmp_path / "plain").mkdir()  # a single run's summary: refused, and nothing written there
+    (tmp_path / "plain" / "summary.json").write_text(json.dumps([{"algorithm": "fedavg"}]))
+    assert cli.main(["rescore", str(tmp_path / "plain"), "--best", "final_test_accuracy"]) == 2
+    assert [p.name for p in (tmp_path / "plain").iterdir()] == ["summary.json"]
+    capsys.readouterr()
     # an interrupted sweep (no config.json yet) is rescored over the points it finished
     (grid / "config.json").unlink()
     assert cli.main(["rescore", str(grid), "--best", f"time_to={accuracy}"]) == 0
@@ -282,12 +287,14 @@ def test_a_setting_nothing_in_the_run_reads_is_refused_not_recorded(tmp_path, ca
     assert "setting mu=5.0: nothing in this run reads it (it feeds fedprox, which " in err
     assert cli.main(["run", "--sweep", "mu=0.1,5", "--dry-run"]) == 2
     assert "setting mu=0.1: nothing in this run reads it" in capsys.readouterr().err
+    assert cli.main(["run", "--sweep", "mu=1,5", "--dry-run"]) == 2  # one point at the default
+    assert "setting mu=5.0: nothing in this run reads it" in capsys.readouterr().err
     assert cli.main(["run", "--set", "mu=5", "--set", "algorithms=fedavg,fedprox",
                      "--dry-run"]) == 0
     assert cli.main(["run", "--set", "mu=1", "--dry-run"]) == 0  # its default: no change
     default = experiments.DEFAULT
     config = default.config({"mu": 1})  # an int for the float default (a TOML file's `mu = 1`)
-    default.check_read([config], [default.setup(config)])
+    default.check_read([config], [default.setup(config).read])
     # a sweep keeps a setting that one of its points reads, in whichever program it runs
     assert cli.main(["run", "--sweep", "algorithms=fedavg,fedprox", "--set", "mu=5",
                      "--dry-run"]) == 0
@@ -302,10 +309,11 @@ def test_a_setting_nothing_in_the_run_reads_is_refused_not_recorded(tmp_path, ca
         config = experiment.config({"model": model, "init": "flax", "data_dir": str(MNIST_DIR),
                                     "num_clients": 20})
         built[model] = (config, experiment.setup(config))
-    assert built["lr"][1].unread == {"init"} and not built["cnn"][1].unread  # the CNN reads it
+    assert "init" not in built["lr"][1].read and "init" in built["cnn"][1].read  # the CNN's
     with pytest.raises(ValueError, match="setting init=flax: nothing in this run reads it"):
-        experiment.check_read([built["lr"][0]], [built["lr"][1]])
-    experiment.check_read(*zip(*built.values(), strict=True))  # a sweep over model keeps it
+        experiment.check_read([built["lr"][0]], [built["lr"][1].read])
+    experiment.check_read([c for c, _ in built.values()],  # a sweep over model keeps it
+                          [setup.read for _, setup in built.values()])
     capsys.readouterr()
 
 

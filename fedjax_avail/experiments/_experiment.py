@@ -40,9 +40,9 @@ class Setup(NamedTuple):
     # the window as the availability process sets it (so that a dotted availability setting,
     # e.g. availability.period, moves it too); None: ``window`` as given
     window_of: Callable[[AvailabilityProcess], int] | None = None
-    # settings changed from their defaults that nothing in this run reads (the build, the parts
-    # it built, the runner): :meth:`Experiment.check_read` refuses them
-    unread: frozenset[str] = frozenset()
+    # the settings this run reads (its build, the parts it built, the runner): a setting
+    # changed from its default that no point of a call reads is refused (Experiment.check_read)
+    read: frozenset[str] = frozenset()
 
     def rounds_of(self, name: str, config: Mapping[str, Any]) -> int:
         return int(self.rounds.get(name, config["rounds"]))
@@ -89,35 +89,36 @@ class Experiment:
 
     def setup(self, config: Mapping[str, Any]) -> Setup:
         """The experiment's parts under ``config`` (checked by :meth:`config`), its dotted
-        settings applied to them, and ``unread``: the settings changed from their defaults
-        that nothing in this run reads."""
+        settings applied to them, and ``read``: the settings the run reads."""
         reads = _Reads(config)
         setup = _parts.apply(self.build(reads), config)
         if setup.window_of is not None:
             setup = setup._replace(window=setup.window_of(setup.availability))
-        read = reads.keys_read | _run_reads(setup)
-        return setup._replace(unread=frozenset(
-            k for k, v in config.items() if k in self.defaults and k not in read
-            and not _same(v, self.defaults[k])))
+        return setup._replace(read=frozenset(reads.keys_read | _run_reads(setup)))
 
-    def check_read(self, configs: Sequence[Mapping[str, Any]], setups: Sequence[Setup]) -> None:
-        """Refuses a setting changed from its default that no point of a call reads (each
-        point's :meth:`setup`'s ``unread``): a run would record it and ignore it, and a sweep
-        over it label identical runs differently. A sweep checks all its points together: a
-        setting one of them reads (``mu`` where one point runs ``fedprox``) is kept.
+    def check_read(self, configs: Sequence[Mapping[str, Any]],
+                   reads: Sequence[frozenset[str]]) -> None:
+        """Refuses a setting that one of a call's ``configs`` changes from its default and that
+        none of their setups reads (``reads``: each :meth:`setup`'s ``read``): a run would
+        record it and ignore it, and a sweep over it label identical runs differently (one
+        point at the default or not). A sweep checks all its points together: a setting one of
+        them reads (``mu`` where one point runs ``fedprox``) is kept.
 
         Raises:
           ValueError: naming the setting, its value and why it is unread, before compute.
         """
-        unread = frozenset.intersection(*(setup.unread for setup in setups))
-        key = next((k for k in configs[0] if k in unread), None)
-        if key is None:
+        read = frozenset().union(*reads)
+        unread = next(((k, v) for config in configs for k, v in config.items()
+                       if k in self.defaults and k not in read
+                       and not _same(v, self.defaults[k])), None)
+        if unread is None:
             return
+        key, value = unread
         readers = [name for name, p in self.parts.items() if key in _parts.settings_of(p)]
         running = sorted({name for config in configs for name in config.get("algorithms", ())})
         why = (f"it feeds {', '.join(readers)}, which algorithms={','.join(running)} leaves out"
                if readers else f"{self.name} does not use it under these settings")
-        raise ValueError(f"setting {key}={_text(configs[0][key])}: nothing in this run reads it "
+        raise ValueError(f"setting {key}={_text(value)}: nothing in this run reads it "
                          f"({why}); leave it out")
 
     def meaning(self, key: str) -> str:

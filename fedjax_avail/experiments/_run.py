@@ -209,7 +209,7 @@ def run_together(
         for config, setup in zip(configs, setups, strict=True):  # all, before the first trains
             check_algorithms(setup, config, seeds_of(config))
         if check_read:
-            experiment.check_read(configs, setups)
+            experiment.check_read(configs, [setup.read for setup in setups])
         for d, found, recorded in zip(dirs, earlier, settings, strict=True):
             if d is None:
                 continue
@@ -374,7 +374,7 @@ def plan(experiment: Experiment, overrides: Mapping[str, Any] | None = None,
     seeds = seeds_of(config)
     check_algorithms(setup, config, seeds)
     if check_read:
-        experiment.check_read([config], [setup])
+        experiment.check_read([config], [setup.read])
     runs = len(seeds) * points
     rows = []
     for name, algorithm in setup.algorithms.items():

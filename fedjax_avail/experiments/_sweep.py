@@ -80,9 +80,11 @@ class Sweep:
           panels: panel label -> its overrides of ``base`` (:func:`sweep_settings`).
         """
         configs = [self.base.config(panel) for panel in panels.values()]
-        distinct = {json.dumps({k: v for k, v in c.items() if not _parts.is_dotted(k)},
-                               sort_keys=True, default=str): c for c in configs}
-        self.base.check_read(configs, [self.base.setup(c) for c in distinct.values()])
+        # panels that differ only in real numbers (learning rates, mu) read the same settings:
+        # one of them is built
+        distinct = {json.dumps(fixed_settings(c), sort_keys=True, default=str): c
+                    for c in configs}
+        self.base.check_read(configs, [self.base.setup(c).read for c in distinct.values()])
 
 
 def sweep_settings(sweep: Sweep, overrides: Mapping[str, Any] | None = None
@@ -464,16 +466,19 @@ def rescore_sweep(out_dir: str | Path, best: str) -> list[dict[str, Any]]:
     score = criterion(best)
     out_dir = Path(out_dir)
     config_path, summary_path = out_dir / "config.json", out_dir / "summary.json"
-    if not summary_path.is_file():  # (before the lock, which would make the folder)
-        raise ValueError(f"{out_dir} holds no sweep's results (the summary.json and "
-                         "config.json that fedjax-avail run --sweep writes)")
-    with DirectoryLock(out_dir, "out_dir"):
+
+    def sweep_files() -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         config = json.loads(config_path.read_text()) if config_path.is_file() else None
         summary = json.loads(summary_path.read_text()) if summary_path.is_file() else []
         if not summary or not all("setting" in row for row in summary) or (
                 config is not None and "sweep" not in config):
             raise ValueError(f"{out_dir} holds no sweep's results (the summary.json and "
                              "config.json that fedjax-avail run --sweep writes)")
+        return config, summary
+
+    sweep_files()  # before the lock, which would write its file into any folder
+    with DirectoryLock(out_dir, "out_dir"):
+        config, summary = sweep_files()  # as they are now that nothing else writes them
         runs = {label: read_runs(out_dir / _slug(label))
                 for label in dict.fromkeys(row["setting"] for row in summary)}
         for row in summary:
