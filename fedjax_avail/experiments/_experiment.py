@@ -194,6 +194,7 @@ def _same(value: Any, default: Any) -> bool:
 
 
 def _text(value: Any) -> str:
+    """A setting's value as ``--set`` takes it (a tuple as ``a,b``)."""
     return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
 
 

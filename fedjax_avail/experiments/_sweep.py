@@ -17,7 +17,7 @@ from fedjax_avail._lock import DirectoryLock
 from fedjax_avail._provenance import provenance
 from fedjax_avail.experiments import _parts
 from fedjax_avail.experiments._compare import read_runs
-from fedjax_avail.experiments._experiment import Experiment, seeds_of
+from fedjax_avail.experiments._experiment import Experiment, _text, seeds_of
 from fedjax_avail.experiments._folder import check_fresh, csv_rows, resumable_settings
 from fedjax_avail.experiments._programs import (
     ProgramShape,
@@ -139,10 +139,6 @@ def with_grid(experiment: Experiment | Sweep, values: Mapping[str, Sequence[Any]
                 for label, setting in experiment.settings.items()
                 for point, values_ in points.items()}
     return dataclasses.replace(experiment, settings=settings, overlay=False)
-
-
-def _text(value: Any) -> str:
-    return ",".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
 
 
 def run_sweep(
