@@ -88,6 +88,29 @@ def test_missing_mnist_says_where_and_how(tmp_path):
     assert "FEDJAX_AVAIL_MNIST_DIR" in str(info.value) and "load_mnist_tfds" in str(info.value)
 
 
+def _write_idx(path, array):
+    import gzip
+
+    header = bytes([0, 0, 8, array.ndim]) + b"".join(n.to_bytes(4, "big") for n in array.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + array.astype(np.uint8).tobytes())
+
+
+def test_mnist_is_read_once_per_process_until_a_file_changes(tmp_path):
+    rng = np.random.default_rng(0)
+    for stem, shape in [("train-images-idx3-ubyte", (6, 28, 28)), ("train-labels-idx1-ubyte", (6,)),
+                        ("t10k-images-idx3-ubyte", (2, 28, 28)), ("t10k-labels-idx1-ubyte", (2,))]:
+        _write_idx(tmp_path / f"{stem}.gz", rng.integers(0, 10, shape))
+    first, _ = fa.data.load_mnist(tmp_path)
+    again, _ = fa.data.load_mnist(tmp_path)
+    assert again["x"] is first["x"] and not first["x"].flags.writeable  # shared, read-only
+    np.testing.assert_array_equal(again["y"], first["y"])
+    new = np.full((3, 28, 28), 7)
+    _write_idx(tmp_path / "train-images-idx3-ubyte.gz", new)  # another size: read again
+    changed, _ = fa.data.load_mnist(tmp_path)
+    np.testing.assert_array_equal(changed["x"], new)
+
+
 def test_mnist_through_tfds_on_mock_data():
     tfds = pytest.importorskip("tensorflow_datasets")
     with tfds.testing.mock_data(num_examples=12):
