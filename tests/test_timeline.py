@@ -188,6 +188,17 @@ def test_jobs_finishing_at_a_slot_end_with_an_update_complete_in_that_slot(
         times, clients, staleness, strict=True))
 
 
+def test_an_update_starting_at_a_slots_end_counts_that_slots_clients():
+    # Both jobs take one slot and finish at 1.0, slot 0's end: update 0 is made in slot 0, and
+    # update 1 starts there, at 1.0, where the clock stands: num_available is slot 0's 2, not
+    # slot 1's 1 (docs/guide/asynchronous.md). Client 1, off in slot 1, completes late at 2.0
+    # in slot 2, where update 2 starts.
+    table = np.array([[1, 1], [1, 0]] + [[1, 1]] * 6, bool)
+    m = _on_points(_kasync(2, "late", 2, [1.0, 1.0]), AV.Trace(table), 3, 2)
+    assert m["virtual_time"].tolist() == [1.0, 2.0, 3.0]
+    assert m["num_available"].tolist() == [2, 2, 2] and table[1].sum() == 1
+
+
 def test_a_trace_that_ended_stops_the_run_naming_the_time():
     n = 6
     table = np.ones((30, n), bool)
