@@ -8,7 +8,8 @@ from fedjax_avail.history import History
 
 
 def oscillation_amplitude(history: History, window: int, column: str = "train_loss") -> float:
-    """``max - min`` of ``column`` over the evaluations in the last ``window`` rounds.
+    """``max - min`` of ``column`` over the evaluations in the last ``window`` rounds: rounds
+    ``R - window`` to ``R``, the last, both included.
 
     NaN (not measured) when the run is shorter than two windows, so the last window would still
     hold the start-up phase, or when that window holds fewer than 3 evaluations.

@@ -1,5 +1,5 @@
-"""The summary of an experiment: each algorithm's final numbers (mean and std over seeds) and
-the table the command prints."""
+"""The summary of an experiment: each algorithm's final numbers (mean and population std over
+seeds) and the table the command prints."""
 
 from __future__ import annotations
 
