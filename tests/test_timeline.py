@@ -188,6 +188,26 @@ def test_jobs_finishing_at_a_slot_end_with_an_update_complete_in_that_slot(
         times, clients, staleness, strict=True))
 
 
+@pytest.mark.parametrize("length", [0.1, 0.3, 0.7, 1 / 60])
+def test_a_slot_lasts_its_length_where_float32_cannot_hold_it(length):
+    # Jobs as long as a slot, client 1 off in odd slots (its job there lost): with L = 1 client
+    # 1 completes at the end of every even slot. A slot of 0.1 must be as long as its jobs too;
+    # it was an ulp short (XLA:CPU's fused multiply-add skipped the rounding of a slot's start),
+    # so client 1's job spilled into the odd slot and was lost: 118 and 32 completions of 150.
+    table = np.array([[1, 1], [1, 0]] * 200, bool)
+
+    def run(slot_length):
+        alg = fa.algorithms.KAsyncSGD(clients_per_round=1, batch_size=1, client_lr=0.1,
+                                      offline="lost", history=None,
+                                      durations=fa.clock.Constant(slot_length))
+        return _on_points(alg, AV.Trace(table), 150, 2, slot_length=slot_length)
+
+    ones, m = run(1.0), run(length)
+    assert np.bincount(ones["applied_clients"].ravel()).tolist() == [100, 50]
+    assert m["applied_clients"].tolist() == ones["applied_clients"].tolist()
+    np.testing.assert_allclose(m["virtual_time"] / length, ones["virtual_time"], rtol=1e-5)
+
+
 def test_an_update_starting_at_a_slots_end_counts_that_slots_clients():
     # Both jobs take one slot and finish at 1.0, slot 0's end: update 0 is made in slot 0, and
     # update 1 starts there, at 1.0, where the clock stands: num_available is slot 0's 2, not

@@ -13,11 +13,10 @@ SGD), reading availability slot by slot on the run's timeline
 3. **Completing.** The eligible jobs that finish first complete, one event at a time, in order
    of (finish time, client index): the lower index first on equal times. A job finishing
    exactly at the slot's end completes in the slot (a job as long as the slot, started at its
-   start, is done, where float32 holds both times exactly: L = 1, say; with L = 0.1 a slot's
-   float32 length may be an ulp short), and so do the others finishing at that instant when
-   the update comes at it: the next update starts in the same slot, at its end (the clock
-   keeps its cursor: ``step`` returns it). Each completion frees
-   its slot, and at that instant a client drawn uniformly from the available idle clients (the
+   start, is done: a slot lasts L to the bit, L = 0.1 too), and so do the others finishing at
+   that instant when the update comes at it: the next update starts in the same slot, at its
+   end (the clock keeps its cursor: ``step`` returns it). Each completion frees its slot, and
+   at that instant a client drawn uniformly from the available idle clients (the
    one that just finished included) starts a new job in it. With concurrency N every other
    client is busy, so a client simply restarts: FedBuff's Algorithm 1 (download, Q steps,
    upload, repeat). A restarted job may complete again within the same update.
@@ -214,7 +213,17 @@ class EventClock:
         # the K earliest jobs in flight and the (at most K) jobs restarted in the segment can
         # complete in it, so the events run over those 2K candidates: O(M + K^2), not O(K M).
         k = self.events
-        horizon = jnp.maximum(timeline.start_of(cursor.slot + 1) - state.time[0], 0.0)
+        # What is left of the slot: L less the time passed in it, so that a slot lasts L
+        # exactly (a job of length L started at its start ends at its end) even where float32
+        # cannot hold L (0.1): start_of(s + 1) - time misses it by an ulp, also because XLA:CPU
+        # fuses such a product and difference into one multiply-add that skips the product's
+        # rounding. At the slot's start nothing has passed, whatever the arithmetic; at its end
+        # (an update made there) nothing is left. Where L is a power of two (1) this equals
+        # start_of(s + 1) - time to the bit.
+        time, start = state.time[0], timeline.start_of(cursor.slot)
+        passed = jnp.where(time == start, 0.0, time - start)
+        horizon = jnp.where(time >= timeline.start_of(cursor.slot + 1), 0.0,
+                            jnp.maximum(jnp.float32(timeline.slot_length) - passed, 0.0))
         budget = k - n_done
         idle = available & ~state.busy
         _, queue = jax.lax.top_k(_uniform_scores(k_queue, idle), min(k, num_clients))
