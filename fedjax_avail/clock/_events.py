@@ -13,7 +13,8 @@ SGD), reading availability slot by slot on the run's timeline
 3. **Completing.** The eligible jobs that finish first complete, one event at a time, in order
    of (finish time, client index): the lower index first on equal times. A job finishing
    exactly at the slot's end completes in the slot (a job as long as the slot, started at its
-   start, is done: a slot lasts L to the bit, L = 0.1 too), and so do the others finishing at
+   start, is done, L = 0.1 too; a job started within a slot, at a float32 sum of times, may
+   still miss its end by an ulp where float32 cannot hold L), and so do the others finishing at
    that instant when the update comes at it: the next update starts in the same slot, at its
    end (the clock keeps its cursor: ``step`` returns it). Each completion frees its slot, and
    at that instant a client drawn uniformly from the available idle clients (the
@@ -213,13 +214,13 @@ class EventClock:
         # the K earliest jobs in flight and the (at most K) jobs restarted in the segment can
         # complete in it, so the events run over those 2K candidates: O(M + K^2), not O(K M).
         k = self.events
-        # What is left of the slot: L less the time passed in it, so that a slot lasts L
-        # exactly (a job of length L started at its start ends at its end) even where float32
-        # cannot hold L (0.1): start_of(s + 1) - time misses it by an ulp, also because XLA:CPU
-        # fuses such a product and difference into one multiply-add that skips the product's
-        # rounding. At the slot's start nothing has passed, whatever the arithmetic; at its end
-        # (an update made there) nothing is left. Where L is a power of two (1) this equals
-        # start_of(s + 1) - time to the bit.
+        # What is left of the slot: L less the time passed in it, so that a job of length L
+        # started at the slot's start ends at its end even where float32 cannot hold L (0.1):
+        # start_of(s + 1) - time misses it by an ulp, also because XLA:CPU fuses such a product
+        # and difference into one multiply-add that skips the product's rounding. At the slot's
+        # start nothing has passed, whatever the arithmetic; at its end (an update made there)
+        # nothing is left. Where L is a power of two (1) this is start_of(s + 1) - time to the
+        # bit. Within the slot, time is a float32 sum and may be an ulp off.
         time, start = state.time[0], timeline.start_of(cursor.slot)
         passed = jnp.where(time == start, 0.0, time - start)
         horizon = jnp.where(time >= timeline.start_of(cursor.slot + 1), 0.0,
