@@ -358,9 +358,10 @@ def same_numbers() -> str:
     """Which settings give bit-identical results before and after a change."""
     d = _load("same_numbers.json")
     reasons = sorted({why for whys in d["differ"].values() for why in whys})
+    differ = (f"{len(d['differ'])} differ ({', '.join(d['differ'])}), in: "
+              f"{'; '.join(reasons)}" if d["differ"] else "none differs")
     return (f"Against `{d['ref']}` ({d['date']}): {len(d['same'])} settings identical "
-            f"({', '.join(d['same'])}); {len(d['differ'])} differ "
-            f"({', '.join(d['differ'])}), in: {'; '.join(reasons)}.")
+            f"({', '.join(d['same'])}); {differ}.")
 
 
 def profile_cnn_step() -> str:
