@@ -189,17 +189,20 @@ def test_jobs_finishing_at_a_slot_end_with_an_update_complete_in_that_slot(
 
 
 @pytest.mark.parametrize("length", [0.1, 0.3, 0.7, 1 / 60])
-def test_a_slot_lasts_its_length_where_float32_cannot_hold_it(length):
-    # Jobs as long as a slot, client 1 off in odd slots (its job there lost): with L = 1 client
-    # 1 completes at the end of every even slot. A slot of 0.1 must be as long as its jobs too;
-    # it was an ulp short (XLA:CPU's fused multiply-add skipped the rounding of a slot's start),
-    # so client 1's job spilled into the odd slot and was lost: 118 and 32 completions of 150.
+@pytest.mark.parametrize("job", [1.0, 0.5])
+def test_a_slot_lasts_its_length_where_float32_cannot_hold_it(length, job):
+    # Jobs of a slot (or half a slot), client 1 off in odd slots (its job there lost): with
+    # L = 1 client 1 completes at the end of every even slot. A slot of 0.1 must be as long as
+    # its jobs too; it was an ulp short (XLA:CPU's fused multiply-add skipped the rounding of a
+    # slot's start), so client 1's job spilled into the odd slot and was lost: 118 and 32
+    # completions of 150. Half-slot jobs start mid-slot, at an update's float32 time: the time
+    # passed in the slot is the compensated sum's.
     table = np.array([[1, 1], [1, 0]] * 200, bool)
 
     def run(slot_length):
         alg = fa.algorithms.KAsyncSGD(clients_per_round=1, batch_size=1, client_lr=0.1,
                                       offline="lost", history=None,
-                                      durations=fa.clock.Constant(slot_length))
+                                      durations=fa.clock.Constant(job * slot_length))
         return _on_points(alg, AV.Trace(table), 150, 2, slot_length=slot_length)
 
     ones, m = run(1.0), run(length)

@@ -48,6 +48,7 @@ and the restarted jobs; never O(N P).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import NamedTuple
 
 import jax
@@ -95,6 +96,31 @@ def _earliest(remaining: jax.Array, client: jax.Array, k: int, num_clients: int)
     order = jnp.where(remaining < kth, -1,
                       jnp.where(remaining == kth, jnp.maximum(client, 0), num_clients))
     return jax.lax.top_k(-order, k)[1]
+
+
+def _left_in_slot(time: jax.Array, timeline: Timeline, slot: jax.Array) -> jax.Array:
+    """``[]`` float32: what is left of ``slot`` at ``time`` (``[2]``, the Kahan pair): L less
+    the time passed in it, so that a slot lasts L, where float32 cannot hold L (0.1) too.
+
+    ``start_of(s + 1) - time`` misses L by an ulp there: the slot's start and end are float32
+    products, and XLA:CPU fuses such a product and a difference into one multiply-add that
+    skips the product's rounding. Here nothing has passed at the slot's start, whatever the
+    arithmetic, and nothing is left once time stands at its end (an update made there); within
+    the slot the time passed is the compensated sum less the slot's start, kept out of a fused
+    multiply-add (a select between them). Where L is a power of two (1) the compensation is left
+    out: this is then ``start_of(s + 1) - time`` to the bit, as before (both differences are
+    exact), and no run at L = 1 changes. A chain of jobs within one slot may still end an ulp
+    off its end: the clock sums their times in float32.
+    """
+    now = time[0]
+    start = jnp.where(slot >= 0, timeline.start_of(slot), 0.0)  # rounded, not fused
+    length = float(timeline.slot_length)
+    passed = now - start
+    if math.frexp(length)[0] != 0.5:  # not a power of two
+        passed = passed - time[1]
+    passed = jnp.where(now == start, 0.0, passed)
+    return jnp.where(now >= timeline.start_of(slot + 1), 0.0,
+                     jnp.maximum(jnp.float32(length) - passed, 0.0))
 
 
 def _uniform_scores(key: jax.Array, mask: jax.Array) -> jax.Array:
@@ -214,17 +240,7 @@ class EventClock:
         # the K earliest jobs in flight and the (at most K) jobs restarted in the segment can
         # complete in it, so the events run over those 2K candidates: O(M + K^2), not O(K M).
         k = self.events
-        # What is left of the slot: L less the time passed in it, so that a job of length L
-        # started at the slot's start ends at its end even where float32 cannot hold L (0.1):
-        # start_of(s + 1) - time misses it by an ulp, also because XLA:CPU fuses such a product
-        # and difference into one multiply-add that skips the product's rounding. At the slot's
-        # start nothing has passed, whatever the arithmetic; at its end (an update made there)
-        # nothing is left. Where L is a power of two (1) this is start_of(s + 1) - time to the
-        # bit. Within the slot, time is a float32 sum and may be an ulp off.
-        time, start = state.time[0], timeline.start_of(cursor.slot)
-        passed = jnp.where(time == start, 0.0, time - start)
-        horizon = jnp.where(time >= timeline.start_of(cursor.slot + 1), 0.0,
-                            jnp.maximum(jnp.float32(timeline.slot_length) - passed, 0.0))
+        horizon = _left_in_slot(state.time, timeline, cursor.slot)
         budget = k - n_done
         idle = available & ~state.busy
         _, queue = jax.lax.top_k(_uniform_scores(k_queue, idle), min(k, num_clients))
