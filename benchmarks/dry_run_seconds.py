@@ -60,7 +60,7 @@ def dry_run_seconds(tree: Path, command: tuple[str, ...], data_dir: Path) -> flo
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    data_dir = Path(args.data_dir) if args.data_dir else default_data_dir()
+    data_dir = (Path(args.data_dir) if args.data_dir else default_data_dir()).resolve()
     with tempfile.TemporaryDirectory() as scratch:
         trees = {"this tree": REPO_ROOT, args.ref: export(args.ref, Path(scratch))}
         for tree in trees.values():  # each child imports the package of its own tree

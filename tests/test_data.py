@@ -1,5 +1,8 @@
 """Federated data layout, batch sampling, partitioners and loaders."""
 
+import os
+import time
+
 import numpy as np
 import pytest
 
@@ -109,6 +112,28 @@ def test_mnist_is_read_once_per_process_until_a_file_changes(tmp_path):
     _write_idx(tmp_path / "train-images-idx3-ubyte.gz", new)  # another size: read again
     changed, _ = fa.data.load_mnist(tmp_path)
     np.testing.assert_array_equal(changed["x"], new)
+    # the same size and modification time (cp -p, rsync -a) with other pixels: read again
+    path = tmp_path / "train-images-idx3-ubyte.gz"
+    stat = path.stat()
+    time.sleep(0.05)  # past the coarse clock that stamps a file's status-change time
+    _write_idx(path, np.full((3, 28, 28), 8))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert path.stat().st_size == stat.st_size and path.stat().st_mtime_ns == stat.st_mtime_ns
+    assert fa.data.load_mnist(tmp_path)[0]["x"].max() == 8
+
+
+def test_mnist_through_links_named_gz_to_blobs_without_the_suffix(tmp_path):
+    # as a content-addressed cache lays them out: the link's name says gzip, the blob's does not
+    rng = np.random.default_rng(1)
+    (tmp_path / "blobs").mkdir()
+    for i, (stem, shape) in enumerate([
+            ("train-images-idx3-ubyte", (4, 28, 28)), ("train-labels-idx1-ubyte", (4,)),
+            ("t10k-images-idx3-ubyte", (2, 28, 28)), ("t10k-labels-idx1-ubyte", (2,))]):
+        blob = tmp_path / "blobs" / f"sha{i}"
+        _write_idx(blob, rng.integers(0, 10, shape))
+        (tmp_path / f"{stem}.gz").symlink_to(blob)
+    train, test = fa.data.load_mnist(tmp_path)
+    assert train["x"].shape == (4, 28, 28) and test["y"].shape == (2,)
 
 
 def test_mnist_through_tfds_on_mock_data():

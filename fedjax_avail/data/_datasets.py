@@ -50,10 +50,21 @@ def _find(directory: Path, stem: str) -> Path | None:
 
 
 @functools.lru_cache(maxsize=4)
-def _read_idx_once(path: str, mtime_ns: int, size: int) -> np.ndarray:
-    """:func:`read_idx`, once per process for a file unchanged since (its modification time and
-    size are the key): a sweep's panels each load MNIST, and its gzip takes about 0.4 s."""
+def _read_idx_once(path: str, identity: tuple[int, ...]) -> np.ndarray:
+    """:func:`read_idx`, once per process for a file unchanged since (``identity``,
+    :func:`_identity`, is part of the key): a sweep's panels each load MNIST, and its gzip
+    takes about 0.4 s. ``path`` is the name given (a ``.gz`` link to a blob without the suffix
+    is still read as gzip)."""
+    del identity
     return read_idx(path)
+
+
+def _identity(path: Path) -> tuple[int, ...]:
+    """What changes when the file behind ``path`` (a link followed) is replaced or rewritten:
+    its device and inode, size, modification time and status-change time (which a copy that
+    keeps the modification time, ``cp -p``, still changes)."""
+    stat = path.stat()
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
 
 
 def load_mnist(data_dir: str | os.PathLike | None = None) -> tuple[Split, Split]:
@@ -88,8 +99,7 @@ def load_mnist(data_dir: str | os.PathLike | None = None) -> tuple[Split, Split]
         missing = [s for s, p in zip(_MNIST_FILES[split], paths, strict=True) if p is None]
         if missing:
             raise FileNotFoundError(f"MNIST: {missing} not found in {directory.resolve()}. {how}")
-        x, y = (_read_idx_once(str(p.resolve()), p.stat().st_mtime_ns, p.stat().st_size)
-                for p in paths)
+        x, y = (_read_idx_once(str(p.absolute()), _identity(p)) for p in paths)
         out.append({"x": x, "y": y.astype(np.int32)})
     return out[0], out[1]
 
