@@ -61,6 +61,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "profile-cnn-step": speed.profile_cnn_step,
     "before-after": speed.before_after,
     "same-numbers": speed.same_numbers,
+    "dry-run-seconds": speed.dry_run_seconds,
     "shakespeare-leaf": shakespeare.leaf_statistics,
     # docs/reproducing.md
     "status-fedlaavg": status.status_fedlaavg,

@@ -354,6 +354,15 @@ def xla_cpu_options_cnn() -> str:
             f"whose program it is; {_machine(d)}.")
 
 
+def dry_run_seconds() -> str:
+    """Dry runs of documented sweeps, this tree against a revision (`dry_run_seconds.py`)."""
+    d = _load("dry_run_seconds.json")
+    body = [[f"`{r['command']}`", _ms(r["median_s"]["this tree"]), _ms(r["median_s"][d["ref"]]),
+             f"{r['this_over_ref']:.2f}x"] for r in d["rows"]]
+    return (table(["dry run", "this tree", f"`{d['ref']}`", "ratio"], body)
+            + f"\n\nMedians of {d['repeats']} processes each, alternating; {_machine(d)}.")
+
+
 def same_numbers() -> str:
     """Which settings give bit-identical results before and after a change."""
     d = _load("same_numbers.json")
