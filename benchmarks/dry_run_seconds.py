@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import default_data_dir, machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
-from before_after import REPO_ROOT, export
+from _common import REPO_ROOT, default_data_dir, machine_info, write_json  # noqa: I001 (benchmarks/ is on sys.path)
+from before_after import export
 
 # Sweeps of the reproduction guide: five panels of one program each, six panels, and three
 # points sharing one program.

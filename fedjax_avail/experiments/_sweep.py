@@ -82,8 +82,7 @@ class Sweep:
         configs = [self.base.config(panel) for panel in panels.values()]
         # panels that differ only in real numbers (learning rates, mu) read the same settings:
         # one of them is built
-        distinct = {json.dumps(fixed_settings(c), sort_keys=True, default=str): c
-                    for c in configs}
+        distinct = {_fixed_key(c): c for c in configs}
         self.base.check_read(configs, [self.base.setup(c).read for c in distinct.values()])
 
 
@@ -256,8 +255,7 @@ def programs(sweep: Sweep, panels: Mapping[str, Mapping[str, Any]]) -> list[list
     configs = {label: sweep.base.config(panel) for label, panel in panels.items()}
     candidates: dict[str, list[str]] = {}  # by the settings that are not real numbers
     for label, config in configs.items():
-        key = json.dumps(fixed_settings(config), sort_keys=True, default=str)
-        candidates.setdefault(key, []).append(label)
+        candidates.setdefault(_fixed_key(config), []).append(label)
     groups = []
     for labels in candidates.values():
         shared: list[tuple[ProgramShape, list[str]]] = []  # each program's first shape
@@ -273,6 +271,12 @@ def programs(sweep: Sweep, panels: Mapping[str, Mapping[str, Any]]) -> list[list
         groups += [group for _, group in shared]
     order = list(panels)
     return sorted(groups, key=lambda group: order.index(group[0]))
+
+
+def _fixed_key(config: Mapping[str, Any]) -> str:
+    """``config``'s settings other than real numbers (:func:`fixed_settings`) as one text:
+    points with the same key read the same settings and may share a program."""
+    return json.dumps(fixed_settings(config), sort_keys=True, default=str)
 
 
 def _check_parts(sweep: Sweep, panels: Mapping[str, Mapping[str, Any]]) -> None:
