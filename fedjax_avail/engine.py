@@ -182,7 +182,9 @@ def simulate(
       slot_length: L, the virtual time an availability mask holds for (slot s is
         ``[s L, (s + 1) L)``; :mod:`fedjax_avail.timeline`). A synchronous round without
         durations lasts one slot; with durations it reads the slot of its start time; an
-        asynchronous update moves through the slots its jobs run in.
+        asynchronous update moves through the slots its jobs run in. The clocks count slots:
+        durations and the budget are divided by L in float64, and ``virtual_time`` is
+        recorded as slots times L.
       client_chunk: train the cohort in sequential chunks of this many clients (under a
         ``"cohort"`` mesh axis, each device its share in chunks of this many), and hold at
         most this many clients' full batches at once (a memory bound); None: the whole cohort

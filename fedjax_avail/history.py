@@ -69,7 +69,7 @@ class History:
 
 
 # The per-round flag of a run with a virtual-time budget (``simulate(max_virtual_time=...)``):
-# False for the rounds after the budget, which change nothing.
+# 0 for the rounds after the budget, which change nothing (``timeline.budget_flag``).
 IN_BUDGET = "in_budget"
 
 

@@ -31,7 +31,7 @@ from fedjax_avail.local import Problem
 from fedjax_avail.plan import HEALTHY, Plan
 from fedjax_avail.results import DivergenceError
 from fedjax_avail.run import Run
-from fedjax_avail.timeline import Timeline, within_budget
+from fedjax_avail.timeline import Timeline, budget_flag
 
 # XLA:CPU hands batched dots to YNNPACK; with two batch dimensions (runs x cohort: several
 # seeds in one program) its kernel was measured 20x slower per run than with one (FedAvg on
@@ -97,7 +97,7 @@ class RoundProgram:
             else:  # a round reads the slot of its start time
                 slot = timeline.slot_of(start)
             cursor = timeline.at(cursor, slot)
-            now = timeline.start_of(r) if start is None else start  # when the round starts
+            now = timeline.start_of(r) if start is None else start  # in slots
             mask = cursor.mask
             reports = reports_of(availability, mask, r, _keys.availability_key(keys, r))
             round_input = RoundInput(r, mask, _keys.algorithm_key(keys, r), reports,
@@ -106,15 +106,18 @@ class RoundProgram:
             (alg_state, metrics), cursor = ((out[:2], out[2]) if algorithm.moves_time
                                             else (out, cursor))
             if "virtual_time" not in metrics:  # one slot a round
-                metrics["virtual_time"] = (r + 1).astype(jnp.float32) * jnp.float32(slot_length)
+                metrics["virtual_time"] = timeline.seconds(r + 1)
             metrics = {"num_available": jnp.sum(mask), **metrics}
             if budget is not None:  # past the budget a round changes nothing
-                ran = within_budget(now, budget)
+                after = alg.virtual_time(alg_state)
+                flag = budget_flag(now, timeline.start_of(r + 1) if after is None else after,
+                                   budget, slot_length)
+                ran = flag > 0
                 alg_state, cursor = jax.tree.map(lambda new, old: jnp.where(ran, new, old),
                                                  (alg_state, cursor), carry[:2])
-                metrics = {k: jnp.where(ran, v, now if k == "virtual_time" else
-                                        jnp.zeros_like(v)) for k, v in metrics.items()}
-                metrics[IN_BUDGET] = ran
+                metrics = {k: jnp.where(ran, v, timeline.seconds(now) if k == "virtual_time"
+                                        else jnp.zeros_like(v)) for k, v in metrics.items()}
+                metrics[IN_BUDGET] = flag
             bad = ~finite(alg_state)
             health = jnp.where((health == HEALTHY) & bad, r, health)
             return (alg_state, cursor, health), metrics

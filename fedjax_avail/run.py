@@ -186,7 +186,7 @@ def ended_at(metrics: dict[str, np.ndarray], budget: float | None
     not gather its results: it and those after applied nothing); None while it goes on."""
     ends = []
     if budget is not None:
-        end = budget_end(metrics[IN_BUDGET], metrics["virtual_time"], budget)
+        end = budget_end(metrics[IN_BUDGET])
         if end is not None:
             ends.append((end, f"max_virtual_time={budget:g} reached"))
     if "stalled" in metrics and np.any(metrics["stalled"]):

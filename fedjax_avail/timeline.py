@@ -13,9 +13,15 @@ A read may jump several slots at once (:func:`fedjax_avail.availability.skip`: m
 periodic processes just read the later slot; the Markov chain draws its k-step transition).
 Slot s always uses the availability key of s, so a mask does not depend on who reads it.
 
-Time itself is a float32 pair (sum, compensation) added up by :func:`add_time` (Kahan), and a
-run's virtual-time budget (``simulate(max_virtual_time=...)``) ends it after the round in
-progress at the budget (:func:`within_budget`, :func:`budget_end`).
+The clocks keep time **in slots**: a float32 pair (sum, compensation) added up by
+:func:`add_time` (Kahan), slot s beginning at exactly s, and job durations converted to slots
+once, on the host, in float64 (:meth:`fedjax_avail.clock.Constant.in_slots`). So a run at slot
+length L with every duration times L makes the choices of the run at L = 1 (the same slots
+read, the same jobs completing at a slot's end), where float32 cannot hold L (0.1) too, and
+time is reported in the caller's unit only at the end (:meth:`Timeline.seconds`: slots times
+L). A run's virtual-time budget (``simulate(max_virtual_time=...)``) is converted the same way
+and ends it after the round in progress at the budget (:func:`within_budget`,
+:func:`budget_end`).
 """
 
 from __future__ import annotations
@@ -60,18 +66,19 @@ class Timeline:
         """The cursor before the first read, around the process's initial state."""
         return Cursor(state, jnp.int32(-1), jnp.zeros((num_clients,), bool))
 
-    def slot_of(self, time: jax.Array) -> jax.Array:
-        """``[]`` int32 ``floor(time / L)``: the slot virtual time ``time`` falls in, exactly
-        consistent with :meth:`start_of` (``start_of(s) <= time < start_of(s + 1)``, which
-        float32 division alone does not guarantee when L is not a power of two)."""
-        time = jnp.asarray(time, jnp.float32)
-        slot = jnp.floor(time / self.slot_length).astype(jnp.int32)
-        slot = jnp.where(self.start_of(slot) > time, slot - 1, slot)
-        return jnp.where(self.start_of(slot + 1) <= time, slot + 1, slot)
+    @staticmethod
+    def slot_of(time: jax.Array) -> jax.Array:
+        """``[]`` int32: the slot clock time ``time`` (in slots) falls in, ``floor(time)``."""
+        return jnp.floor(jnp.asarray(time, jnp.float32)).astype(jnp.int32)
 
-    def start_of(self, slot: jax.Array) -> jax.Array:
-        """``[]`` float32 virtual time at which ``slot`` begins."""
-        return jnp.asarray(slot, jnp.float32) * self.slot_length
+    @staticmethod
+    def start_of(slot: jax.Array) -> jax.Array:
+        """``[]`` float32 clock time (in slots) at which ``slot`` begins: ``slot``, exactly."""
+        return jnp.asarray(slot, jnp.float32)
+
+    def seconds(self, time: jax.Array) -> jax.Array:
+        """Clock time (in slots) in the run's time unit, as recorded: ``time * L``."""
+        return jnp.asarray(time, jnp.float32) * jnp.float32(self.slot_length)
 
     def at(self, cursor: Cursor, slot: jax.Array) -> Cursor:
         """The cursor at ``slot`` (>= ``cursor.slot``): the slots in between are skipped in one
@@ -99,18 +106,34 @@ def add_time(time: jax.Array, dt: jax.Array) -> jax.Array:
     return jnp.stack([total, (total - time[0]) - y])
 
 
-def within_budget(start: jax.Array, budget: float) -> jax.Array:
-    """``[]`` bool: a round (server update) that starts at virtual time ``start`` runs under a
-    budget of ``budget``: the one in progress at the budget is the last (float32, as time)."""
-    return jnp.asarray(start, jnp.float32) < jnp.float32(budget)
+# A round's budget flag (``history.IN_BUDGET``): the round ran, and the budget was spent by it
+# (the round after it will not run).
+RAN, SPENT = 1, 2
 
 
-def budget_end(in_budget: np.ndarray, times: np.ndarray, budget: float) -> int | None:
-    """The round count at which a run's budget ended it, from its per-round metrics so far
-    (``in_budget`` ``[R]`` bool, ``times`` ``[R]`` the virtual time after each round): the
-    rounds that ran, once a round past the budget was skipped or the last one reached the
-    budget (the next would not start: :func:`within_budget`); None while it goes on."""
-    ran = int(np.sum(in_budget))
-    if ran < len(in_budget) or (ran and np.float32(times[ran - 1]) >= np.float32(budget)):
+def within_budget(start: jax.Array, budget: float, slot_length: float) -> jax.Array:
+    """``[]`` bool: a round (server update) that starts at clock time ``start`` (in slots) runs
+    under a budget of ``budget`` (in the run's time unit, slots of ``slot_length``): the one in
+    progress at the budget is the last. The budget is converted to slots in float64, so
+    ``budget = k L`` runs the rounds that start before slot k."""
+    return jnp.asarray(start, jnp.float32) < jnp.float32(budget / slot_length)
+
+
+def budget_flag(start: jax.Array, after: jax.Array, budget: float,
+                slot_length: float) -> jax.Array:
+    """``[]`` int8 ``IN_BUDGET`` flag of a round from ``start`` to ``after`` (clock times):
+    0 when it does not run, ``RAN``, plus ``SPENT`` when the round after it will not run."""
+    ran = within_budget(start, budget, slot_length)
+    spent = ~within_budget(after, budget, slot_length)
+    return jnp.where(ran, RAN + jnp.where(spent, SPENT, 0), 0).astype(jnp.int8)
+
+
+def budget_end(in_budget: np.ndarray) -> int | None:
+    """The round count at which a run's budget ended it, from its per-round flags so far
+    (``in_budget`` ``[R]``, :func:`budget_flag`): the rounds that ran, once a round past the
+    budget was skipped or the last one spent it; None while it goes on."""
+    flags = np.asarray(in_budget)
+    ran = int(np.count_nonzero(flags))
+    if ran < len(flags) or (ran and flags[ran - 1] & SPENT):
         return ran
     return None

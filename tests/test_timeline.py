@@ -189,14 +189,15 @@ def test_jobs_finishing_at_a_slot_end_with_an_update_complete_in_that_slot(
 
 
 @pytest.mark.parametrize("length", [0.1, 0.3, 0.7, 1 / 60])
-@pytest.mark.parametrize("job", [1.0, 0.5])
+@pytest.mark.parametrize("job", [1.0, 0.5, 0.25])
 def test_a_slot_lasts_its_length_where_float32_cannot_hold_it(length, job):
     # Jobs of a slot (or half a slot), client 1 off in odd slots (its job there lost): with
     # L = 1 client 1 completes at the end of every even slot. A slot of 0.1 must be as long as
     # its jobs too; it was an ulp short (XLA:CPU's fused multiply-add skipped the rounding of a
     # slot's start), so client 1's job spilled into the odd slot and was lost: 118 and 32
     # completions of 150. Half-slot jobs start mid-slot, at an update's float32 time: the time
-    # passed in the slot is the compensated sum's.
+    # passed in the slot is the compensated sum's. Four quarter-slot jobs in a row ended an ulp
+    # past the slot's end at L = 0.7 while time was kept in seconds; it is kept in slots.
     table = np.array([[1, 1], [1, 0]] * 200, bool)
 
     def run(slot_length):
@@ -206,7 +207,10 @@ def test_a_slot_lasts_its_length_where_float32_cannot_hold_it(length, job):
         return _on_points(alg, AV.Trace(table), 150, 2, slot_length=slot_length)
 
     ones, m = run(1.0), run(length)
-    assert np.bincount(ones["applied_clients"].ravel()).tolist() == [100, 50]
+    # quarter-slot jobs: 12 updates per two slots (client 0: 4 + 4, client 1: 4), and 6 in the
+    # 25th slot, by (time, client): 3 each
+    counts = [99, 51] if job == 0.25 else [100, 50]
+    assert np.bincount(ones["applied_clients"].ravel()).tolist() == counts
     assert m["applied_clients"].tolist() == ones["applied_clients"].tolist()
     np.testing.assert_allclose(m["virtual_time"] / length, ones["virtual_time"], rtol=1e-5)
 
@@ -284,3 +288,42 @@ def test_fedbuff_with_k_m_n_is_fedavg_on_the_same_time_axis():
                                avg.round_metrics["virtual_time"], rtol=1e-6)
     np.testing.assert_allclose(np.asarray(buff.state.params), np.asarray(avg.state.params),
                                rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("length", [0.1, 0.3, 0.7, 1 / 60])
+@pytest.mark.parametrize("job", [None, 1.0, 0.75])
+def test_a_run_at_slot_length_l_is_the_run_at_one_with_time_scaled(length, job):
+    # Synchronous rounds (one slot each, or jobs of `job` slots) through outages: at slot length
+    # L with durations times L, every round reads the slot the L = 1 run reads. Kept in
+    # seconds, time after an outage's jump drifted (L = 0.1 read slot 46 where L = 1 reads 47).
+    n = 6
+    table = np.random.default_rng(3).random((200, n)) < 0.5
+    table[40:47] = False
+
+    def run(slot_length):
+        durations = None if job is None else fa.clock.Constant(job * slot_length)
+        alg = fa.algorithms.FedAvg(clients_per_round=2, local_steps=1, batch_size=1,
+                                   durations=durations)
+        return _on_points(alg, AV.Trace(table), 80, n, slot_length=slot_length)
+
+    ones, m = run(1.0), run(length)
+    assert m["num_available"].tolist() == ones["num_available"].tolist()
+    assert m["num_selected"].tolist() == ones["num_selected"].tolist()
+    np.testing.assert_allclose(m["virtual_time"] / length, ones["virtual_time"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("length", [0.1, 0.3, 0.7, 1 / 60])
+def test_a_budget_of_k_slots_runs_k_rounds(length):
+    # max_virtual_time = k L (as Python computes it) runs k one-slot rounds, synchronous or
+    # asynchronous: at L = 0.7 a budget of 9 L ran 10 while time was kept in seconds.
+    fd = point_clients(np.arange(4.0)[:, None])
+    algorithms = (fa.algorithms.FedAvg(clients_per_round=2),
+                  fa.algorithms.KAsyncSGD(clients_per_round=1, batch_size=1, history=None,
+                                          concurrency=1,
+                                          durations=fa.clock.Constant(length)))
+    for alg in algorithms:
+        for k in (1, 3, 7, 9, 10, 13):
+            result = fa.simulate(quadratic_task(), fd, alg, AV.AlwaysOn(), rounds=20,
+                                 slot_length=length, max_virtual_time=k * length)
+            assert len(result.round_metrics["virtual_time"]) == k, (type(alg).__name__, k)
+            assert result.stopped == f"max_virtual_time={k * length:g} reached"

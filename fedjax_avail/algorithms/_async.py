@@ -121,7 +121,7 @@ class AsyncParts(Algorithm):
         return Footprint(k, self.batch_size, k, self.cohort_copies, starts=1)
 
     def virtual_time(self, state: Any) -> jax.Array:
-        """``[]`` the virtual time of the last server update."""
+        """``[]`` the clock time (in slots) of the last server update."""
         return state.clock.time[0]
 
     def completions(self, state: Any, inputs: RoundInput) -> tuple[Any, Contributions, Cursor]:
@@ -155,7 +155,7 @@ class AsyncParts(Algorithm):
             "applied_clients": jnp.where(valid, done.clients, -1),
             "applied_staleness": jnp.where(valid, staleness, -1),
             "dropped_stale": jnp.sum(reported & ~alive).astype(jnp.int32),
-            "virtual_time": clock.virtual_time(clock_state),
+            "virtual_time": timeline.seconds(clock.virtual_time(clock_state)),
             **clock.metrics(clock_state),
         }
         return clock_state, Contributions(done.clients, staleness, valid, starts, batch_ids,

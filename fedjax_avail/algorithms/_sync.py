@@ -122,8 +122,8 @@ class SyncParts(Algorithm):
                 None if clock is None else clock.init(num_clients))
 
     def virtual_time(self, state: Any) -> jax.Array | None:
-        """``[]`` the time the rounds so far took (durations given), else None (a round is one
-        availability slot)."""
+        """``[]`` the clock time (in slots) the rounds so far took (durations given), else None
+        (a round is one availability slot)."""
         return None if state.clock is None else state.clock.time[0]
 
     @property
@@ -150,11 +150,13 @@ class SyncParts(Algorithm):
         clock, metrics = state.clock, {}
         timer = self._round_clock()
         if timer is not None:
+            slot_length = 1.0 if inputs.timeline is None else inputs.timeline.slot_length
             clock, timed = timer.step(state.clock, clock_key, clients,
                                       valid, self.clients_per_round,
-                                      _next_slot_start(inputs, state.clock.time[0]))
+                                      _next_slot_start(inputs, state.clock.time[0]),
+                                      slot_length)
             clients, valid = timed.cohort, timed.valid
-            metrics["virtual_time"] = clock.time[0]
+            metrics["virtual_time"] = clock.time[0] * jax.numpy.float32(slot_length)
             if timer.deadline is not None or timer.over_selection > 1:
                 metrics["num_late"] = timed.late
         valid = reported(inputs, clients, valid)
@@ -167,8 +169,8 @@ class SyncParts(Algorithm):
 
 
 def _next_slot_start(inputs: RoundInput, time: jax.Array) -> jax.Array:
-    """``[]`` virtual time at which the slot after the round's begins (slot length 1 when the
-    round runs outside the engine, without a timeline)."""
+    """``[]`` clock time (in slots) at which the slot after the round's begins (the slot of
+    ``time`` when the round runs outside the engine, without a timeline)."""
     if inputs.timeline is None:
         return jax.numpy.floor(time) + 1.0
     return inputs.timeline.start_of(inputs.cursor.slot + 1)

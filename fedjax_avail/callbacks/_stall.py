@@ -46,8 +46,9 @@ class StallGuard(Callback):
                 stalls.append((end, float(run.round_metrics(end)[i]["virtual_time"][0]), i))
         if not stalls:
             return
+        # a stalled clock stands at a slot's start: time / L is that slot, up to rounding
         parts = [f"{run.label(i)}update {end} at virtual time {time:.6g} (slot "
-                 f"{int(time // self.slot_length)})" for end, time, i in stalls]
+                 f"{round(time / self.slot_length)})" for end, time, i in stalls]
         round_index, time, _ = min(stalls)
         message = (
             "the asynchronous run stalled: " + "; ".join(parts) + ": its jobs could not "

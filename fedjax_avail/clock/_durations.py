@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +31,7 @@ MAX_SPEED_RATIO = 2.0**20  # slowest / fastest: float32 time keeps 2^-4 of the f
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Durations:
+    _scale: ClassVar[str]  # the parameter in time units (scaled by ``in_slots``)
     speed: Annotated[np.ndarray | None, Range(0, low_open=True)] = dataclasses.field(
         default=None, kw_only=True)  # [N] factors > 0
 
@@ -95,6 +97,15 @@ class _Durations:
         del speed
         return 0.0
 
+    def in_slots(self, slot_length: float) -> _Durations:
+        """The same model in availability slots of length ``slot_length`` (L): its durations
+        divided by L in float64, on the host (the clocks keep time in slots, so a job of L
+        takes exactly one slot; itself at L = 1)."""
+        if slot_length == 1.0:
+            return self
+        name = self._scale
+        return dataclasses.replace(self, **{name: getattr(self, name) / slot_length})
+
     def sample(self, key: jax.Array, speed: jax.Array) -> jax.Array:
         """Durations ``[S]`` of jobs of clients with speed factors ``speed`` ``[S]``."""
         return self._base(key, speed.shape) / speed
@@ -110,6 +121,8 @@ class Constant(_Durations):
     Example:
       >>> fa.clock.Constant(1.0, speed=np.array([1.0, 0.5, 2.0]))  # client 1 is twice as slow
     """
+
+    _scale = "duration"
 
     duration: Positive = 1.0
 
@@ -130,6 +143,8 @@ class Constant(_Durations):
 class Exponential(_Durations):
     """Job durations ~ Exponential with the given mean (divided by the client's speed)."""
 
+    _scale = "mean"
+
     mean: Positive = 1.0
 
     def __post_init__(self):
@@ -147,6 +162,8 @@ class LogNormal(_Durations):
     ``duration = exp(mu + sigma Z)`` with ``mu = ln(mean) - sigma^2 / 2``, so the mean is
     ``mean`` whatever sigma (FLGo's and FedScale's heavy-tailed device latencies).
     """
+
+    _scale = "mean"
 
     mean: Positive = 1.0
     sigma: NonNegative = 0.5

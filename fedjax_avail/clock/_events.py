@@ -12,10 +12,9 @@ SGD), reading availability slot by slot on the run's timeline
    starts from the current model (version t) and draws its duration then.
 3. **Completing.** The eligible jobs that finish first complete, one event at a time, in order
    of (finish time, client index): the lower index first on equal times. A job finishing
-   exactly at the slot's end completes in the slot (a job as long as the slot, started at its
-   start, is done, L = 0.1 too; a job started within a slot, at a float32 sum of times, may
-   still miss its end by an ulp where float32 cannot hold L), and so do the others finishing at
-   that instant when the update comes at it: the next update starts in the same slot, at its
+   exactly at the slot's end completes in the slot (time is kept in slots, so a job of L, or
+   four of L / 4, started at its start, is done, L = 0.1 too), and so do the others finishing
+   at that instant when the update comes at it: the next update starts in the same slot, at its
    end (the clock keeps its cursor: ``step`` returns it). Each completion frees its slot, and
    at that instant a client drawn uniformly from the available idle clients (the
    one that just finished included) starts a new job in it. With concurrency N every other
@@ -38,7 +37,8 @@ SGD), reading availability slot by slot on the run's timeline
 An update that cannot gather K results because the availability process will never bring a
 client back (a trace played once that has ended), or none within ``MAX_SLOTS_PER_UPDATE``
 slots, sets the sticky ``stalled`` flag: the engine then stops the run
-(:class:`fedjax_avail.StalledError`). Virtual time is kept as a compensated float32 sum.
+(:class:`fedjax_avail.StalledError`). Clock time is kept in slots, as a compensated float32
+sum (:mod:`fedjax_avail.timeline`); the durations are converted to slots when drawn.
 
 Cost per update: O(N) per slot entered for the availability bookkeeping and the draws of
 starting clients, O(M) to find the K earliest jobs in flight, O(K^2) for the events among those
@@ -48,7 +48,6 @@ and the restarted jobs; never O(N P).
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import NamedTuple
 
 import jax
@@ -76,11 +75,11 @@ class Completions(NamedTuple):
 
 class EventClockState(NamedTuple):
     slot_client: jax.Array  # [M] int32, the client running in slot m; -1: free
-    slot_remaining: jax.Array  # [M] float32, virtual time until that job finishes
+    slot_remaining: jax.Array  # [M] float32, slots until that job finishes
     slot_version: jax.Array  # [M] int32, the model version the job started from
     busy: jax.Array  # [N] bool, client has a job in flight
     speed: jax.Array  # [N] float32, duration divisors
-    time: jax.Array  # [2] float32, virtual time as (sum, compensation)
+    time: jax.Array  # [2] float32, clock time in slots as (sum, compensation)
     jobs_lost: jax.Array  # [] int32, jobs cancelled because their client went offline
     stalled: jax.Array  # [] bool: an update could not gather its K results (sticky)
 
@@ -98,29 +97,13 @@ def _earliest(remaining: jax.Array, client: jax.Array, k: int, num_clients: int)
     return jax.lax.top_k(-order, k)[1]
 
 
-def _left_in_slot(time: jax.Array, timeline: Timeline, slot: jax.Array) -> jax.Array:
-    """``[]`` float32: what is left of ``slot`` at ``time`` (``[2]``, the Kahan pair): L less
-    the time passed in it, so that a slot lasts L, where float32 cannot hold L (0.1) too.
-
-    ``start_of(s + 1) - time`` misses L by an ulp there: the slot's start and end are float32
-    products, and XLA:CPU fuses such a product and a difference into one multiply-add that
-    skips the product's rounding. Here nothing has passed at the slot's start, whatever the
-    arithmetic, and nothing is left once time stands at its end (an update made there); within
-    the slot the time passed is the compensated sum less the slot's start, kept out of a fused
-    multiply-add (a select between them). Where L is a power of two (1) the compensation is left
-    out: this is then ``start_of(s + 1) - time`` to the bit, as before (both differences are
-    exact), and no run at L = 1 changes. A chain of jobs within one slot may still end an ulp
-    off its end: the clock sums their times in float32.
-    """
-    now = time[0]
-    start = jnp.where(slot >= 0, timeline.start_of(slot), 0.0)  # rounded, not fused
-    length = float(timeline.slot_length)
-    passed = now - start
-    if math.frexp(length)[0] != 0.5:  # not a power of two
-        passed = passed - time[1]
-    passed = jnp.where(now == start, 0.0, passed)
-    return jnp.where(now >= timeline.start_of(slot + 1), 0.0,
-                     jnp.maximum(jnp.float32(length) - passed, 0.0))
+def _left_in_slot(time: jax.Array, slot: jax.Array) -> jax.Array:
+    """``[]`` float32: what is left of ``slot`` at clock time ``time`` (``[2]``, the Kahan pair,
+    in slots): 1 less the time passed in it (exact: the slot starts at the integer ``slot``),
+    0 once time stands at or past its end."""
+    now, start = time[0], Timeline.start_of(jnp.maximum(slot, 0))
+    return jnp.where(now >= Timeline.start_of(slot + 1), 0.0,
+                     jnp.maximum(1.0 - (now - start), 0.0))
 
 
 def _uniform_scores(key: jax.Array, mask: jax.Array) -> jax.Array:
@@ -213,6 +196,7 @@ class EventClock:
     def _segment(self, state, timeline, cursor, key, t, acc, n_done, flags):
         """Rules 1-3 within the rest of the cursor's slot; at most ``K - n_done`` completions."""
         k_start, k_durations, k_queue, k_events = jax.random.split(key, 4)
+        durations = self.durations.in_slots(timeline.slot_length)  # time is kept in slots
         available = cursor.mask
         filled, restarted, fresh = flags
         num_clients = available.shape[0]
@@ -231,7 +215,7 @@ class EventClock:
         # 2. Free slots filled by available idle clients, uniformly.
         state, take = jax.lax.cond(
             jnp.any(state.slot_client < 0) & jnp.any(available & ~state.busy),
-            lambda s: self._fill(s, available, k_start, k_durations, t),
+            lambda s: self._fill(s, available, k_start, durations, k_durations, t),
             lambda s: (s, jnp.zeros(s.slot_client.shape, bool)),
             state)
         filled, fresh = filled | take, fresh | take  # fresh: started at the segment's start
@@ -240,7 +224,7 @@ class EventClock:
         # the K earliest jobs in flight and the (at most K) jobs restarted in the segment can
         # complete in it, so the events run over those 2K candidates: O(M + K^2), not O(K M).
         k = self.events
-        horizon = _left_in_slot(state.time, timeline, cursor.slot)
+        horizon = _left_in_slot(state.time, cursor.slot)
         budget = k - n_done
         idle = available & ~state.busy
         _, queue = jax.lax.top_k(_uniform_scores(k_queue, idle), min(k, num_clients))
@@ -302,7 +286,7 @@ class EventClock:
             c["idle_left"] = c["idle_left"] - (ok & from_queue)
             c["finished_free"] = jnp.where(ok & ~from_queue & (jnp.arange(k) == member),
                                            False, c["finished_free"])
-            duration = self.durations.sample(k_dur, state.speed[new][None])[0]
+            duration = durations.sample(k_dur, state.speed[new][None])[0]
             r = k + i  # the restarted job's candidate entry
             c["slot"] = c["slot"].at[r].set(c["slot"][j])
             c["client"] = c["client"].at[r].set(jnp.where(ok, new, -1))
@@ -358,8 +342,9 @@ class EventClock:
                               cursor)
         return state, cursor, c["acc"], n_done, (filled, restarted, fresh)
 
-    def _fill(self, state, available, key, key_durations, t):
-        """Rule 2: free slots get available idle clients in uniformly random order."""
+    def _fill(self, state, available, key, durations, key_durations, t):
+        """Rule 2: free slots get available idle clients in uniformly random order, their jobs
+        drawn from ``durations`` (in slots)."""
         m = state.slot_client.shape[0]
         idle = available & ~state.busy
         _, candidates = jax.lax.top_k(_uniform_scores(key, idle), m)
@@ -367,7 +352,7 @@ class EventClock:
         rank = jnp.cumsum(free) - 1
         take = free & (rank < jnp.sum(idle))
         new = candidates[jnp.clip(rank, 0, m - 1)]
-        durations = self.durations.sample(key_durations, state.speed[new])
+        durations = durations.sample(key_durations, state.speed[new])
         busy = state.busy.at[jnp.where(take, new, state.busy.shape[0])].set(True, mode="drop")
         state = state._replace(
             slot_client=jnp.where(take, new, state.slot_client),

@@ -36,7 +36,7 @@ from fedjax_avail.timeline import add_time
 
 class RoundClockState(NamedTuple):
     speed: jax.Array  # [N] float32 speed factors
-    time: jax.Array  # [2] float32 virtual time (sum, compensation)
+    time: jax.Array  # [2] float32 clock time in slots (sum, compensation)
 
 
 class Timed(NamedTuple):
@@ -95,7 +95,8 @@ class RoundClock:
                                jnp.zeros((2,), jnp.float32))
 
     def step(self, state: RoundClockState, key: jax.Array, cohort: jax.Array, valid: jax.Array,
-             keep: int, next_slot: jax.Array) -> tuple[RoundClockState, Timed]:
+             keep: int, next_slot: jax.Array, slot_length: float = 1.0
+             ) -> tuple[RoundClockState, Timed]:
         """One round: draws the selected clients' durations, keeps who counts, advances time.
 
         Args:
@@ -104,8 +105,9 @@ class RoundClock:
           cohort: ``[M]`` int32 selected clients (M = ``selected(keep)``).
           valid: ``[M]`` bool, selected and available.
           keep: K (static), the most clients that train.
-          next_slot: ``[]`` the start time of the slot after the round's: where time goes when
-            nobody is available.
+          next_slot: ``[]`` the start (in slots) of the slot after the round's: where time
+            goes when nobody is available.
+          slot_length: L: the clock keeps time in slots (``state.time``, ``next_slot``).
 
         Returns:
           the clock after the round, and the kept cohort. The round lasts
@@ -113,17 +115,22 @@ class RoundClock:
           waits for finish in time, else ``deadline``; time goes to ``next_slot`` when nobody
           was available.
         """
-        durations = self.durations.sample(key, state.speed[cohort])
+        speed = state.speed[cohort]
+        # who is in time and who finishes first, in the durations' unit (as ``check``); how
+        # long the round lasts, in slots: the same draws of the model converted on the host
+        durations = self.durations.sample(key, speed)
+        slots = self.durations.in_slots(slot_length).sample(key, speed)
         in_time = valid if self.deadline is None else valid & (durations <= self.deadline)
         if cohort.shape[0] > keep:  # over-selection: the first K to finish, ties by position
             order = jnp.argsort(jnp.where(in_time, durations, jnp.inf), stable=True)[:keep]
-            cohort, durations, kept = cohort[order], durations[order], in_time[order]
+            cohort, slots, kept = cohort[order], slots[order], in_time[order]
         else:
             kept = in_time
-        longest = jnp.max(jnp.where(kept, durations, 0.0))
+        longest = jnp.max(jnp.where(kept, slots, 0.0))
         if self.deadline is not None:
             waited_for = jnp.minimum(keep, jnp.sum(valid))
-            longest = jnp.where(jnp.sum(kept) >= waited_for, longest, self.deadline)
+            longest = jnp.where(jnp.sum(kept) >= waited_for, longest,
+                                jnp.float32(self.deadline / slot_length))
         time = jnp.where(jnp.any(valid), add_time(state.time, longest),
                          jnp.stack([jnp.asarray(next_slot, jnp.float32), jnp.float32(0)]))
         late = (jnp.sum(valid) - jnp.sum(kept)).astype(jnp.int32)
