@@ -317,6 +317,26 @@ def test_a_setting_nothing_in_the_run_reads_is_refused_not_recorded(tmp_path, ca
     capsys.readouterr()
 
 
+def test_a_setting_whose_every_field_a_dotted_setting_sets_is_refused(capsys):
+    """``mu=0.5`` with ``fedprox.mu=0.3``: the dotted one sets the only field ``mu`` feeds, so
+    ``mu`` would be recorded and ignored; ``lr`` still feeds the other algorithms' rates."""
+    run = ["run", "--set", "algorithms=fedavg,fedprox", "--dry-run"]
+    assert cli.main([*run, "--set", "mu=0.5", "--set", "fedprox.mu=0.3"]) == 2
+    err = capsys.readouterr().err
+    assert ("setting mu=0.5: nothing in this run reads it (dotted settings set the fields it "
+            "feeds in fedprox: fedprox.mu)") in err
+    assert cli.main([*run, "--set", "fedprox.mu=0.3"]) == 0
+    assert cli.main([*run, "--set", "lr=0.07", "--set", "fedavg.client_lr=0.2"]) == 0
+    assert cli.main([*run, "--set", "lr=0.07", "--set", "fedavg.client_lr=0.2",
+                     "--set", "fedprox.client_lr=0.3"]) == 2
+    assert "setting lr=0.07: nothing in this run reads it (dotted settings" in (
+        capsys.readouterr().err)
+    default = experiments.DEFAULT
+    config = default.config({"algorithms": ("fedavg", "fedprox"), "mu": 0.5, "fedprox.mu": 0.3})
+    setup = default.setup(config)
+    assert setup.algorithms["fedprox"].mu == 0.3 and "mu" not in setup.read
+
+
 def test_a_fields_meaning_comes_from_its_class_docstring():
     from fedjax_avail import algorithms
 

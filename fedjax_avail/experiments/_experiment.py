@@ -116,8 +116,15 @@ class Experiment:
         key, value = unread
         readers = [name for name, p in self.parts.items() if key in _parts.settings_of(p)]
         running = sorted({name for config in configs for name in config.get("algorithms", ())})
-        why = (f"it feeds {', '.join(readers)}, which algorithms={','.join(running)} leaves out"
-               if readers else f"{self.name} does not use it under these settings")
+        replacing = sorted({k for config in configs for k in config if _parts.is_dotted(k)
+                            and k.split(".")[0] in readers and k.split(".")[0] in running})
+        if replacing:
+            why = (f"dotted settings set the fields it feeds in {', '.join(readers)}: "
+                   f"{', '.join(replacing)}")
+        elif readers:
+            why = f"it feeds {', '.join(readers)}, which algorithms={','.join(running)} leaves out"
+        else:
+            why = f"{self.name} does not use it under these settings"
         raise ValueError(f"setting {key}={_text(value)}: nothing in this run reads it "
                          f"({why}); leave it out")
 

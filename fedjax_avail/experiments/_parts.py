@@ -87,9 +87,22 @@ class Part:
     kind: type
     fields: Mapping[str, Any]
 
-    def build(self, config: Mapping[str, Any]) -> Any:
-        """The part under ``config`` (checked by the class, as any Python call)."""
-        return self.kind(**{name: _built(value, config) for name, value in self.fields.items()})
+    def build(self, config: Mapping[str, Any], prefix: str | None = None) -> Any:
+        """The part under ``config`` (checked by the class, as any Python call).
+
+        With ``prefix`` (the part's setting name, ``fedprox``), a field that a dotted setting
+        of ``config`` sets (``fedprox.mu``) takes its value from an unrecorded copy of
+        ``config``: :func:`apply` replaces it, so the setting it reads (``mu``) is not read by
+        this field (a configuration recording its reads, as ``Experiment.setup``'s, then
+        refuses ``mu`` set as well where nothing else reads it).
+        """
+        def field(name: str, value: Any) -> Any:
+            path = None if prefix is None else f"{prefix}.{name}"
+            if isinstance(value, Part):
+                return value.build(config, path)
+            return _built(value, dict(config) if path in config else config)
+
+        return self.kind(**{name: field(name, value) for name, value in self.fields.items()})
 
 
 def part(kind: type, **fields: Any) -> Part:
@@ -123,7 +136,7 @@ def build_parts(parts: Mapping[str, Part], config: Mapping[str, Any]) -> dict[st
     if unknown:
         raise ValueError(f"setting algorithms must list only {tuple(parts)}, got unknown "
                          f"{unknown}")
-    return {name: parts[name].build(config) for name in names}
+    return {name: parts[name].build(config, name) for name in names}
 
 
 def settings_of(p: Part) -> set[str]:
