@@ -327,3 +327,36 @@ def test_a_budget_of_k_slots_runs_k_rounds(length):
                                  slot_length=length, max_virtual_time=k * length)
             assert len(result.round_metrics["virtual_time"]) == k, (type(alg).__name__, k)
             assert result.stopped == f"max_virtual_time={k * length:g} reached"
+
+
+@pytest.mark.parametrize("layout", ["loop", "vmap"])
+def test_a_swept_deadline_times_the_rounds_as_its_own_run(layout):
+    # Deadlines on the runs axis are float32 values: a round that waits for one lasts
+    # deadline / L slots as in the run alone (at L = 1/60 a deadline of 0.25 is 15 slots).
+    n, length = 6, 1 / 60
+    table = np.random.default_rng(4).random((400, n)) < 0.7
+
+    def fedavg(deadline):
+        return fa.algorithms.FedAvg(clients_per_round=3, local_steps=1, batch_size=1,
+                                    durations=fa.clock.LogNormal(0.2, 0.5), deadline=deadline)
+
+    deadlines = [0.25, 0.3]
+    kw = dict(rounds=30, slot_length=length)
+    fd = point_clients(np.arange(float(n))[:, None])
+    both = fa.simulate(quadratic_task(), fd, [fedavg(d) for d in deadlines], AV.Trace(table),
+                       seed=[0, 0], runs_layout=layout, **kw)
+    for deadline, result in zip(deadlines, both, strict=True):
+        alone = fa.simulate(quadratic_task(), fd, fedavg(deadline), AV.Trace(table), **kw)
+        for key in ("virtual_time", "num_available", "num_late"):
+            np.testing.assert_array_equal(result.round_metrics[key],
+                                          alone.round_metrics[key], err_msg=key)
+        assert np.any(alone.round_metrics["num_late"] > 0)
+
+
+def test_a_duration_model_in_slots_is_divided_by_l_in_float64():
+    # converted on the host as it is, not checked again (its span was checked in time units)
+    assert fa.clock.Constant(2.5 * 0.7).in_slots(0.7).duration == 2.5
+    model = fa.clock.LogNormal(1e-28, 0.5, speed=np.array([1.0, 2.0]))
+    slots = model.in_slots(3600.0)
+    assert slots.mean == 1e-28 / 3600.0 and slots.sigma == 0.5 and slots.speed is model.speed
+    assert model.in_slots(1.0) is model

@@ -66,8 +66,9 @@ class Algorithm:
     * ``validate(num_clients)``: checks against N, before anything is compiled (default: none);
     * ``prepares`` / ``prepare(state, problem) -> state``: a one-off pass before round 0
       (DivFL's gradients of all clients; default: none);
-    * ``virtual_time(state)``: the ``[]`` virtual time the next round starts at (default None:
-      round r starts at slot r, one slot a round);
+    * ``virtual_time(state)``: the ``[]`` clock time the next round starts at, **in slots**
+      (slot s starts at s; the engine records it as slots times ``slot_length``; default
+      None: round r starts at slot r, one slot a round);
     * ``moves_time``: True for an algorithm whose round moves through availability slots itself
       (the asynchronous clocks): its ``round`` returns ``(state, metrics, cursor)``, and the
       next round starts from that cursor (only the first round's is placed at its start time);

@@ -11,6 +11,7 @@ exponential, log-normal).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from typing import ClassVar
@@ -103,8 +104,9 @@ class _Durations:
         takes exactly one slot; itself at L = 1)."""
         if slot_length == 1.0:
             return self
-        name = self._scale
-        return dataclasses.replace(self, **{name: getattr(self, name) / slot_length})
+        scaled = copy.copy(self)  # not re-checked: its span is checked in time units
+        object.__setattr__(scaled, self._scale, getattr(self, self._scale) / slot_length)
+        return scaled
 
     def sample(self, key: jax.Array, speed: jax.Array) -> jax.Array:
         """Durations ``[S]`` of jobs of clients with speed factors ``speed`` ``[S]``."""

@@ -47,7 +47,8 @@ from fedjax_avail.timeline import Cursor, Timeline
 class KofPState(NamedTuple):
     held: jax.Array  # [N] int32, the model version each client holds and computes on
     reported: jax.Array  # [N] bool, reported in the current round (one_per_round only)
-    time: jax.Array  # [2] float32, virtual time (sum, compensation): the last update's slot end
+    time: jax.Array  # [2] float32, clock time in slots (sum, compensation): the last update's
+    # slot end
     stalled: jax.Array  # [] bool: an update could not gather its K results (sticky)
 
 

@@ -117,7 +117,8 @@ class RoundClock:
         """
         speed = state.speed[cohort]
         # who is in time and who finishes first, in the durations' unit (as ``check``); how
-        # long the round lasts, in slots: the same draws of the model converted on the host
+        # long the round lasts, in slots: the same draws of the model converted on the host,
+        # and the deadline divided by L in float32 (a swept deadline is a float32 value)
         durations = self.durations.sample(key, speed)
         slots = self.durations.in_slots(slot_length).sample(key, speed)
         in_time = valid if self.deadline is None else valid & (durations <= self.deadline)
@@ -130,7 +131,7 @@ class RoundClock:
         if self.deadline is not None:
             waited_for = jnp.minimum(keep, jnp.sum(valid))
             longest = jnp.where(jnp.sum(kept) >= waited_for, longest,
-                                jnp.float32(self.deadline / slot_length))
+                                jnp.float32(self.deadline) / jnp.float32(slot_length))
         time = jnp.where(jnp.any(valid), add_time(state.time, longest),
                          jnp.stack([jnp.asarray(next_slot, jnp.float32), jnp.float32(0)]))
         late = (jnp.sum(valid) - jnp.sum(kept)).astype(jnp.int32)
