@@ -24,7 +24,9 @@ def _machine(d: dict) -> str:
         model = (m.get("cpu_model") or "CPU").replace("(R)", "").replace("(TM)", "")
         model = model.removesuffix(" Processor").strip()
         names = {"avx512f": "AVX-512", "amx_tile": "AMX"}
-        extensions = ", ".join(names[e] for e in m.get("cpu_vector_extensions", ()) if e in names)
+        found = m.get("cpu_vector_extensions", ())
+        extensions = ", ".join(names[e] for e in found if e in names) or (
+            "AVX2 only" if "avx2" in found else "")
         where = f"{m['cpu_count']}-core {model}" + (f" ({extensions})" if extensions else "")
     return f"{where}, JAX {m['jax_version']}, {d['date'][:10]}"
 
@@ -60,7 +62,8 @@ def speed_headline() -> str:
     """Ours against the peers and the runs axis, measured side by side on each machine."""
     gpu, cpu = _load("gpu/peer_comparison_gpu.json"), _load("peer_comparison.json")
     gpu_pfl = _load("gpu/peer_comparison_gpu_pfl.json")
-    other_cpu = _load("peer_comparison_intel_xeon.json")  # another 2-core machine's run
+    # other 2-core machines' runs
+    other_cpus = [_load(f"peer_comparison_{name}.json") for name in ("intel_xeon", "amd_avx2")]
     cpu_pfl = cpu if cpu.get("cifar10_shape") else _load("peer_comparison_pfl.json")
     axis_gpu, axis_cpu = _load("gpu/run_axis_gpu.json"), _load("run_axis.json")
 
@@ -90,8 +93,8 @@ def speed_headline() -> str:
          f"{g_shape['ours']['s_per_round']:.3g} s / {g_shape['pfl']['s_per_round']:.3g} s "
          f"(ours {_times(g_shape['ratios']['pfl_over_ours'])} faster; {_machine(gpu_pfl)})",
          _versus_pfl(c_shape, cpu_pfl)],
-        ["the same on another 2-core CPU", "-",
-         _versus_pfl(other_cpu["cifar10_shape"], other_cpu)],
+        *(["the same on another 2-core CPU", "-", _versus_pfl(other["cifar10_shape"], other)]
+          for other in other_cpus),
         ["8 seeds of `fedlaavg-mnist` in one program: wall time against one seed",
          f"{one_gpu[8]['wall_s'] / one_gpu[1]['wall_s']:.2f}x ({_machine(axis_gpu)})",
          f"{loop['8 seeds, loop']['x_one_seed_wall']:.2f}x ({_machine(axis_cpu)})"],
