@@ -116,15 +116,18 @@ class Experiment:
         key, value = unread
         readers = [name for name, p in self.parts.items() if key in _parts.settings_of(p)]
         running = sorted({name for config in configs for name in config.get("algorithms", ())})
-        replacing = sorted({k for config in configs for k in config if _parts.is_dotted(k)
-                            and k.split(".")[0] in readers and k.split(".")[0] in running})
+        dotted = sorted({k for config in configs for k in config if _parts.is_dotted(k)
+                         and k.split(".")[0] in running})
+        fed = _parts.fed_paths({name: self.parts[name] for name in running
+                                if name in self.parts}, key)
+        replacing = [k for k in dotted if any(p == k or p.startswith(k + ".") for p in fed)]
         if replacing:
-            why = (f"dotted settings set the fields it feeds in {', '.join(readers)}: "
-                   f"{', '.join(replacing)}")
+            why = f"dotted settings set every field it feeds: {', '.join(replacing)}"
         elif readers:
             why = f"it feeds {', '.join(readers)}, which algorithms={','.join(running)} leaves out"
         else:
-            why = f"{self.name} does not use it under these settings"
+            why = f"{self.name} does not use it under these settings" + (
+                f", where dotted settings set {', '.join(dotted)}" if dotted else "")
         raise ValueError(f"setting {key}={_text(value)}: nothing in this run reads it "
                          f"({why}); leave it out")
 

@@ -91,16 +91,18 @@ class Part:
         """The part under ``config`` (checked by the class, as any Python call).
 
         With ``prefix`` (the part's setting name, ``fedprox``), a field that a dotted setting
-        of ``config`` sets (``fedprox.mu``) takes its value from an unrecorded copy of
-        ``config``: :func:`apply` replaces it, so the setting it reads (``mu``) is not read by
-        this field (a configuration recording its reads, as ``Experiment.setup``'s, then
-        refuses ``mu`` set as well where nothing else reads it).
+        of ``config`` sets (``fedprox.mu``, or a whole nested part: ``fedbuff.durations``)
+        takes its value from an unrecorded copy of ``config``: :func:`apply` replaces it, so
+        the setting it reads (``mu``) is not read by this field (a configuration recording its
+        reads, as ``Experiment.setup``'s, then refuses ``mu`` set as well where nothing else
+        reads it).
         """
         def field(name: str, value: Any) -> Any:
             path = None if prefix is None else f"{prefix}.{name}"
+            source = dict(config) if path in config.keys() else config  # keys(): unrecorded
             if isinstance(value, Part):
-                return value.build(config, path)
-            return _built(value, dict(config) if path in config else config)
+                return value.build(source, path)
+            return _built(value, source)
 
         return self.kind(**{name: field(name, value) for name, value in self.fields.items()})
 
@@ -144,6 +146,23 @@ def settings_of(p: Part) -> set[str]:
     return {name for value in p.fields.values() for name in (
         settings_of(value) if isinstance(value, Part) else
         {value.name} if isinstance(value, Setting) else ())}
+
+
+def fed_paths(parts: Mapping[str, Part], setting: str) -> list[str]:
+    """The dotted names of the fields ``setting`` feeds in ``parts`` (``mu`` ->
+    ``["fedprox.mu"]``), nested parts' included."""
+    out = []
+
+    def walk(prefix: str, p: Part) -> None:
+        for name, value in p.fields.items():
+            if isinstance(value, Part):
+                walk(f"{prefix}.{name}", value)
+            elif isinstance(value, Setting) and value.name == setting:
+                out.append(f"{prefix}.{name}")
+
+    for name, p in parts.items():
+        walk(name, p)
+    return out
 
 
 def feeds(parts: Mapping[str, Part]) -> dict[str, list[tuple[type, str]]]:
