@@ -156,7 +156,8 @@ class SyncParts(Algorithm):
                                       _next_slot_start(inputs, state.clock.time[0]),
                                       slot_length)
             clients, valid = timed.cohort, timed.valid
-            metrics["virtual_time"] = clock.time[0] * jax.numpy.float32(slot_length)
+            metrics["virtual_time"] = (clock.time[0] if inputs.timeline is None
+                                       else inputs.timeline.seconds(clock.time[0]))
             if timer.deadline is not None or timer.over_selection > 1:
                 metrics["num_late"] = timed.late
         valid = reported(inputs, clients, valid)

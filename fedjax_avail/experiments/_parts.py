@@ -27,7 +27,7 @@ import dataclasses
 import inspect
 import re
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 from fedjax_avail._checks import describe_hint, field_hints, hint_members
@@ -141,46 +141,36 @@ def build_parts(parts: Mapping[str, Part], config: Mapping[str, Any]) -> dict[st
     return {name: parts[name].build(config, name) for name in names}
 
 
+def _settings_in(parts: Mapping[str, Part]) -> Iterator[tuple[str, Part, str, Setting]]:
+    """Every field a setting feeds in ``parts`` (name -> part), nested parts' included, in
+    declaration order: ``(its dotted name, the part holding it, the field, the setting)``."""
+    for prefix, p in parts.items():
+        for name, value in p.fields.items():
+            if isinstance(value, Part):
+                yield from _settings_in({f"{prefix}.{name}": value})
+            elif isinstance(value, Setting):
+                yield f"{prefix}.{name}", p, name, value
+
+
 def settings_of(p: Part) -> set[str]:
     """The names of the settings a part (and the parts within it) reads."""
-    return {name for value in p.fields.values() for name in (
-        settings_of(value) if isinstance(value, Part) else
-        {value.name} if isinstance(value, Setting) else ())}
+    return {setting.name for *_, setting in _settings_in({"": p})}
 
 
 def fed_paths(parts: Mapping[str, Part], setting: str) -> list[str]:
     """The dotted names of the fields ``setting`` feeds in ``parts`` (``mu`` ->
     ``["fedprox.mu"]``), nested parts' included."""
-    out = []
-
-    def walk(prefix: str, p: Part) -> None:
-        for name, value in p.fields.items():
-            if isinstance(value, Part):
-                walk(f"{prefix}.{name}", value)
-            elif isinstance(value, Setting) and value.name == setting:
-                out.append(f"{prefix}.{name}")
-
-    for name, p in parts.items():
-        walk(name, p)
-    return out
+    return [path for path, _, _, fed in _settings_in(parts) if fed.name == setting]
 
 
 def feeds(parts: Mapping[str, Part]) -> dict[str, list[tuple[type, str]]]:
     """Each setting the ``parts`` read -> the ``(class, field)`` pairs whose annotations check
     its value (every field it feeds as it is, or its ``checked_as``)."""
     out: dict[str, list[tuple[type, str]]] = {}
-
-    def walk(p: Part) -> None:
-        for name, value in p.fields.items():
-            if isinstance(value, Part):
-                walk(value)
-            elif isinstance(value, Setting):
-                owner = (p.kind, name) if value.read is None else value.checked_as
-                if owner is not None and owner not in out.setdefault(value.name, []):
-                    out[value.name].append(owner)
-
-    for p in parts.values():
-        walk(p)
+    for _, p, name, setting in _settings_in(parts):
+        owner = (p.kind, name) if setting.read is None else setting.checked_as
+        if owner is not None and owner not in out.setdefault(setting.name, []):
+            out[setting.name].append(owner)
     return out
 
 
